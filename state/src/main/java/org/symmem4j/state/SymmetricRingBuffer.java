@@ -6,9 +6,6 @@ import static org.symmem4j.parallel.layout.RingBufferLayout.RECORD_ALIGNMENT;
 import static org.symmem4j.parallel.layout.RingBufferLayout.RECORD_HEADER_BYTES;
 
 import java.lang.foreign.MemorySegment;
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
-import java.nio.ByteOrder;
 import java.util.Objects;
 
 import org.symmem4j.parallel.Group;
@@ -74,12 +71,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         /** Any rank produces; producers claim space by CAS. */
         MANY_TO_ONE
     }
-
-    /** Payloads of 8 up to this many bytes from a byte array take {@link #copyPayload}'s few 8-byte loads and stores. */
-    static final int SHORT_COPY_BYTES = 64;
-    /** 8-byte loads from a byte array at any index, in native order, one bounds check each. */
-    private static final VarHandle BYTES_AS_LONGS = MethodHandles.byteArrayViewVarHandle(long[].class,
-            ByteOrder.nativeOrder());
 
     private final Group group;
     /** This rank, read once: offer and poll check it on every call. */
@@ -272,7 +263,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         if (index < 0) {
             return false;
         }
-        copyPayload(src, offset, index + RECORD_HEADER_BYTES, length);
+        // the payload, the record header's cache line last (PayloadCopy): plain stores, published by the commit below
+        PayloadCopy.copy(src, offset, ringAddress, data, index + RECORD_HEADER_BYTES, length);
         // release: publishes the payload to the consumer's acquire of the header word
         commitRecord(index, length + RECORD_HEADER_BYTES, msgTypeId);
         return true;
@@ -287,45 +279,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
             // release: as above, through the checked segment (which throws on a closed ring)
             RingBufferLayout.commitRecord(ring, index, recordLength, type);
         }
-    }
-
-    /**
-     * Copies a payload into the claimed record at {@code at} in the data ring. One of 8 to {@link #SHORT_COPY_BYTES}
-     * bytes from a byte array (an {@code offer(int, byte[])}, a segment of {@code MemorySegment.ofArray}) by at most 8
-     * loads from the array and 8 stores by address, straight-line, the last words overlapping the first where the
-     * length is not a multiple of 32, 16 or 8: {@code MemorySegment.copy}'s general path compiles to about 1.5-3 KB and
-     * keeps {@link #offer} above the size up to which the JIT inlines a compiled method into its caller's loop
-     * ({@code InlineSmallCode}, 2,500 bytes). Anything else takes the bulk copy. The source's bounds were checked
-     * before the claim; the array loads check them again.
-     */
-    private void copyPayload(MemorySegment src, long offset, int at, int length) {
-        if (length > SHORT_COPY_BYTES | length < Long.BYTES | ringAddress < 0
-                || !(src.heapBase().orElse(null) instanceof byte[] array)) {
-            MemorySegment.copy(src, offset, data, at, length);
-            return;
-        }
-        int from = (int) (src.address() + offset); // a heap segment's address: its offset in the array
-        int last = length - Long.BYTES;
-        long a0 = (long) BYTES_AS_LONGS.get(array, from);
-        long z0 = (long) BYTES_AS_LONGS.get(array, from + last);
-        if (length > 2 * Long.BYTES) {
-            long a1 = (long) BYTES_AS_LONGS.get(array, from + 8);
-            long z1 = (long) BYTES_AS_LONGS.get(array, from + last - 8);
-            if (length > 4 * Long.BYTES) {
-                long a2 = (long) BYTES_AS_LONGS.get(array, from + 16);
-                long a3 = (long) BYTES_AS_LONGS.get(array, from + 24);
-                long z2 = (long) BYTES_AS_LONGS.get(array, from + last - 16);
-                long z3 = (long) BYTES_AS_LONGS.get(array, from + last - 24);
-                RingBufferLayout.putPayloadLongAt(ringAddress, at + 16, a2);
-                RingBufferLayout.putPayloadLongAt(ringAddress, at + 24, a3);
-                RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 16, z2);
-                RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 24, z3);
-            }
-            RingBufferLayout.putPayloadLongAt(ringAddress, at + 8, a1);
-            RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 8, z1);
-        }
-        RingBufferLayout.putPayloadLongAt(ringAddress, at, a0);
-        RingBufferLayout.putPayloadLongAt(ringAddress, at + last, z0);
     }
 
     /**

@@ -55,6 +55,12 @@ public final class RingBufferLayout {
 
     /** Bytes per line: fields written by different ranks sit on lines of their own. */
     public static final int LINE_BYTES = 128;
+    /**
+     * The unit a core fetches for writing (x86-64 and most aarch64 cores): a producer orders its stores by it, the
+     * record header's line last ({@code SymmetricRingBuffer}'s copy). {@link #LINE_BYTES} pads by pairs of them,
+     * against the adjacent-line prefetcher.
+     */
+    public static final int CACHE_LINE_BYTES = 64;
     /** Header magic, {@code "SYRB"}. */
     public static final int MAGIC = 0x53595242;
     /** Layout version. */

@@ -1,0 +1,109 @@
+package org.symmem4j.state;
+
+import static org.symmem4j.parallel.layout.RingBufferLayout.CACHE_LINE_BYTES;
+import static org.symmem4j.parallel.layout.RingBufferLayout.DATA_OFFSET;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
+
+import org.symmem4j.parallel.layout.RingBufferLayout;
+
+/**
+ * How a ring producer copies a payload into the record it claimed ({@link SymmetricRingBuffer#offer}): in an order of
+ * cache lines, the record header's line last. The consumer spins on that line (it polls the header word), so every
+ * store the producer makes to it fetches the line back for writing; a store to it followed by stores to other lines
+ * gives the spinning reader time to take it back before the next store to it. Written last, in one burst next to the
+ * commit's release store, the header's line moves to the producer once per message. (Agrona 2.6's rings write the
+ * header line first, with the in-progress length, then the payload, then the header again.)
+ *
+ * <p>All stores are plain: the record's commit, a release store of the header word after them, publishes them.
+ */
+final class PayloadCopy {
+
+    /** Payloads of 8 up to this many bytes from a byte array take a few 8-byte loads and stores, straight-line. */
+    static final int SHORT_COPY_BYTES = 64;
+    /** 8-byte loads from a byte array at any index, in native order, one bounds check each. */
+    private static final VarHandle BYTES_AS_LONGS = MethodHandles.byteArrayViewVarHandle(long[].class,
+            ByteOrder.nativeOrder());
+
+    private PayloadCopy() {
+    }
+
+    /**
+     * Copies {@code length} bytes of {@code src} from {@code offset} to {@code at} in the data ring.
+     *
+     * <p>One of 8 to {@link #SHORT_COPY_BYTES} bytes from a byte array (an {@code offer(int, byte[])}, a segment of
+     * {@code MemorySegment.ofArray}) takes at most 8 loads from the array, then 8 stores by address from the highest to
+     * the lowest, the last words overlapping the first where the length is not a multiple of 32, 16 or 8:
+     * {@code MemorySegment.copy}'s general path compiles to about 1.5-3 KB and would keep {@code offer} above the size
+     * up to which the JIT inlines a compiled method into its caller's loop ({@code InlineSmallCode}, 2,500 bytes).
+     * Anything else takes {@link #copyBulk}. The source's bounds were checked before the claim; the array loads check
+     * them again.
+     *
+     * @param src         the bytes
+     * @param offset      where the payload starts in {@code src}
+     * @param ringAddress the ring's address ({@link RingBufferLayout#address}), or -1 (then one checked copy)
+     * @param data        the data ring
+     * @param at          the payload's index in the data ring (the record's index plus its header)
+     * @param length      payload bytes
+     */
+    static void copy(MemorySegment src, long offset, long ringAddress, MemorySegment data, int at, int length) {
+        if (length > SHORT_COPY_BYTES | length < Long.BYTES | ringAddress < 0
+                || !(src.heapBase().orElse(null) instanceof byte[] array)) {
+            copyBulk(src, offset, ringAddress, data, at, length);
+            return;
+        }
+        int from = (int) (src.address() + offset); // a heap segment's address: its offset in the array
+        int last = length - Long.BYTES;
+        // every load before the first store (no load waits behind a store to an address it may alias), then the
+        // stores from the highest word to the lowest: the payload's first words share the header's line, stored last
+        long a0 = (long) BYTES_AS_LONGS.get(array, from);
+        long z0 = (long) BYTES_AS_LONGS.get(array, from + last);
+        if (length > 2 * Long.BYTES) {
+            long a1 = (long) BYTES_AS_LONGS.get(array, from + 8);
+            long z1 = (long) BYTES_AS_LONGS.get(array, from + last - 8);
+            if (length > 4 * Long.BYTES) {
+                long a2 = (long) BYTES_AS_LONGS.get(array, from + 16);
+                long a3 = (long) BYTES_AS_LONGS.get(array, from + 24);
+                long z2 = (long) BYTES_AS_LONGS.get(array, from + last - 16);
+                long z3 = (long) BYTES_AS_LONGS.get(array, from + last - 24);
+                RingBufferLayout.putPayloadLongAt(ringAddress, at + last, z0);
+                RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 8, z1);
+                RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 16, z2);
+                RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 24, z3);
+                RingBufferLayout.putPayloadLongAt(ringAddress, at + 24, a3);
+                RingBufferLayout.putPayloadLongAt(ringAddress, at + 16, a2);
+                RingBufferLayout.putPayloadLongAt(ringAddress, at + 8, a1);
+                RingBufferLayout.putPayloadLongAt(ringAddress, at, a0);
+                return;
+            }
+            RingBufferLayout.putPayloadLongAt(ringAddress, at + last, z0);
+            RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 8, z1);
+            RingBufferLayout.putPayloadLongAt(ringAddress, at + 8, a1);
+            RingBufferLayout.putPayloadLongAt(ringAddress, at, a0);
+            return;
+        }
+        RingBufferLayout.putPayloadLongAt(ringAddress, at + last, z0);
+        RingBufferLayout.putPayloadLongAt(ringAddress, at, a0);
+    }
+
+    /**
+     * The bulk copy: where the ring has an address, the bytes past the record header's line first, then the bytes on
+     * it; else one copy. Out of line: a producer of short messages never runs it.
+     */
+    private static void copyBulk(MemorySegment src, long offset, long ringAddress, MemorySegment data, int at,
+                                 int length) {
+        // bytes from the payload's start to the next line boundary: the part on the header's line (0 where the header
+        // fills its line's last word)
+        int onHeaderLine = ringAddress < 0 ? length
+                : (int) (-(ringAddress + DATA_OFFSET + at) & (CACHE_LINE_BYTES - 1));
+        if (onHeaderLine < length) {
+            MemorySegment.copy(src, offset + onHeaderLine, data, at + onHeaderLine, length - onHeaderLine);
+            MemorySegment.copy(src, offset, data, at, onHeaderLine);
+        } else {
+            MemorySegment.copy(src, offset, data, at, length);
+        }
+    }
+}
