@@ -122,15 +122,12 @@ class TensorParallelThreadShrinkTest {
                 + " %d)%n", DP, TP, dies, FAILED_STEP, (latestResume.get() - fault.failedNanos) / 1e6, ranks - TP);
         List<Integer> survivors = new ArrayList<>();
         for (int r = 0; r < ranks; r++) {
-            // a rank still finishing the step before (past its sync, at its update) when the abort reaches it reports
-            // that step as failed and done (docs/shrink.md: a survivor past the sync holds the step's end): the same
-            // state, the failed step's start, as every other survivor goes on from (the shards are compared below)
+            // every survivor reports the agreed failed step, redone: also one the abort reached still finishing the
+            // step before (past its update, in the loss merge), which goes on from the same state (SurvivorSteps)
             if (r / TP != lostReplica) {
                 survivors.add(r);
-                String shrunk = " dead [" + lostReplica + "] from 3 to 2 redone ";
-                assertTrue(outcome.get(r) != null && (outcome.get(r).equals("1 shrink(s): step " + FAILED_STEP + shrunk
-                        + "true; mesh dp 2 x tp 2") || outcome.get(r).equals("1 shrink(s): step " + (FAILED_STEP - 1)
-                        + shrunk + "false; mesh dp 2 x tp 2")), "world rank " + r + ": " + outcome.get(r));
+                assertEquals("1 shrink(s): step " + FAILED_STEP + " dead [" + lostReplica + "] from 3 to 2 redone true;"
+                        + " mesh dp 2 x tp 2", outcome.get(r), "world rank " + r);
             } else if (r == dies) {
                 assertNull(outcome.get(r), "the dead rank's fit failed");
             } else {
@@ -212,8 +209,7 @@ class TensorParallelThreadShrinkTest {
         for (int r : survivors) {
             ShrinkReport s = reports.get(r);
             assertNotNull(s, "world rank " + r + " finished");
-            // or the step before, on a rank the abort reached still finishing it (as in the plain case above)
-            assertTrue(s.step() == failed || s.step() == failed - 1, "world rank " + r + ": failed step " + s.step());
+            assertEquals(failed, s.step(), "world rank " + r + ": the agreed failed step (as in the plain case above)");
             assertEquals(List.of(1), s.dead(), "the lost replica");
             assertEquals(4, s.resumedAt(), "back to the checkpoint after 4 steps");
             assertEquals(org.symmem4j.dl4j.train.CheckpointDirectory.stepDir(root.resolve("tp-" + (r % TP) + "-of-" + TP),
