@@ -3,6 +3,7 @@ package org.symmem4j.parallel.cuda;
 import java.lang.foreign.MemorySegment;
 import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.CudaException;
 
 /**
  * The context current on a thread when it was captured, put back by {@link #close()} ({@link Transport#callerState()}
@@ -30,7 +31,12 @@ final class CallerContext implements Transport.CallerState {
         MemorySegment previous = driver.currentContext();
         int primaryOf = -1;
         if (!MemorySegment.NULL.equals(previous)) {
-            int device = driver.currentDevice();
+            int device;
+            try {
+                device = driver.currentDevice();
+            } catch (CudaException stale) {
+                return new CallerContext(driver, MemorySegment.NULL, -1); // a destroyed context: none to put back
+            }
             if (driver.primaryContextActive(device)) {
                 // a retain of an active primary context only counts up: it returns the handle, given back at once
                 MemorySegment primary = driver.retainPrimaryContext(device);
