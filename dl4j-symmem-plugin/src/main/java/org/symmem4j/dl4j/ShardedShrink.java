@@ -126,6 +126,7 @@ final class ShardedShrink {
         List<Integer> dead;
         DataParallelSettings after;
         Group formed = null;
+        long failedStep = lost.step(); // threads: one wrapper hands every worker the same step
         AutoCloseable owned = null; // what a failure here closes: the survivors' group, or what the mesh's shrink formed
         if (settings.group() == null) {
             dead = lost.dead();
@@ -135,6 +136,7 @@ final class ShardedShrink {
             after = settings.withWorkers(survivors, ndThreadsFor.applyAsInt(survivors));
             Nd4jThreadLimit.set(after.ompThreadsPerWorker()); // until the fit's limit is restored at its end
         } else {
+            int iteration = workers.all().getFirst().replica().iterationCount(); // one more when its update ran
             workers.stop(); // this rank's memories and shards of the old group freed (its worker ended with the step)
             Group agreeing; // a mesh's survivors agree over their whole world: every tp rank goes back alike
             if (mesh != null) { // the dead replicas leave whole (ReplicaLostException on their live ranks)
@@ -152,8 +154,9 @@ final class ShardedShrink {
             }
             try {
                 requireMinWorkers(lost, dead, formed.worldSize(), before, cause, settings.minWorkers());
-                // a mesh's dp groups may have failed at different steps: its tag names none (its world is new)
-                requireSameRollbackPoint(agreeing, mesh != null ? "mesh" : lost.step() + "-of-" + before, lost);
+                // the survivors may have failed different steps (a mesh's dp groups; a survivor the abort reached
+                // still finishing the step before: SurvivorSteps): the tag names none (the survivors' world is new)
+                failedStep = requireSameRollbackPoint(agreeing, "of-" + before, lost, iteration);
             } catch (RuntimeException e) {
                 RankRuntime.closeQuietly(owned);
                 throw e;
@@ -201,12 +204,13 @@ final class ShardedShrink {
         for (int i = pending.size() - 1; i >= 0; i--) {
             redealt.addFirst(pending.get(i));
         }
-        if (step > lost.step()) {
+        if (step > failedStep) {
             throw Invariants.violated("sharded shrink at step " + lost.step() + " back to the later step " + step,
                     lost.failure());
         }
         since.clear(); // the redo deals them again, and they are kept again as it trains them
-        ShrinkReport report = new ShrinkReport(lost.step(), dead, before, survivors, true, String.valueOf(cause),
+        // group mode: the survivors' agreed failed step (SurvivorSteps), the same on every one
+        ShrinkReport report = new ShrinkReport(failedStep, dead, before, survivors, true, String.valueOf(cause),
                 lost.failedNanos(), System.nanoTime(), step, checkpoint);
         return new Rebuilt(after, rebuilt, step, batches, examples, report, mesh != null ? null : formed);
     }
@@ -234,15 +238,22 @@ final class ShardedShrink {
     /**
      * Group mode: every survivor must go back to the same point (the same checkpoint, or each the fit's start), since
      * the restore is collective. They took the same checkpoints (a periodic checkpoint completes on every rank or fails
-     * the fit), so a difference is a bug.
+     * the fit), so a difference is a bug. In the same exchange the survivors agree on the failed step they report.
+     *
+     * @param iteration this rank's replica's iteration count when its worker stopped
+     * @return the agreed failed step ({@link SurvivorSteps})
      */
-    private void requireSameRollbackPoint(Group survivors, String tag, DataParallelSteps.LostWorkers lost) {
+    private long requireSameRollbackPoint(Group survivors, String tag, DataParallelSteps.LostWorkers lost,
+                                          int iteration) {
         String mine = checkpoint == null ? "fit-start" : Long.toString(checkpointStep);
-        List<String> all = RankAgreement.allGather(survivors, "symmem4j-wrapper-zero-shrink-" + tag, mine);
-        if (all.stream().anyMatch(p -> !p.equals(mine))) {
+        List<String> all = RankAgreement.allGather(survivors, "symmem4j-wrapper-zero-shrink-" + tag,
+                mine + "/" + SurvivorSteps.position(lost, iteration));
+        List<String> points = all.stream().map(p -> p.substring(0, p.indexOf('/'))).toList();
+        if (points.stream().anyMatch(p -> !p.equals(mine))) {
             throw Invariants.violated("sharded shrink at step " + lost.step() + ": the survivors' rollback points differ"
-                    + " (newest checkpoint's step, by new rank: " + all + ")", lost.failure());
+                    + " (newest checkpoint's step, by new rank: " + points + ")", lost.failure());
         }
+        return SurvivorSteps.agree(all.stream().map(p -> p.substring(p.indexOf('/') + 1)).toList(), lost).failedStep();
     }
 
     /**

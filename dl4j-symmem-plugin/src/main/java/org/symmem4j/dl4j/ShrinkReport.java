@@ -7,13 +7,18 @@ import java.util.List;
  * One in-place shrink of the data-parallel wrapper ({@link WorkerFailure#SHRINK}): a step that failed because
  * {@code dead} workers failed, and the rebuilt group of survivors that went on.
  *
- * @param step           the step that failed: the wrapper's step counter when it was handed out
+ * @param step           the step that failed: with threads, the wrapper's step counter when it was handed out; in
+ *                       group mode (a rank per process, or per thread of a shrinking world) the survivors' agreed one,
+ *                       the same on every survivor: the first step that not every survivor completed (a survivor
+ *                       that the abort reached still finishing the step before, past its update, had been handed out
+ *                       that step; the others the next)
  * @param dead           the workers whose own failure it was, numbered as in the group before the shrink
  * @param workersBefore  workers before the shrink
  * @param workersAfter   workers after it (the survivors, numbered densely 0.. in their old order)
- * @param redone         whether the survivors redo {@code step} (true when a survivor had not completed it; false
- *                       when every survivor had completed it: the dead worker failed after the step's sync; always
- *                       true with ZeRO sharding, which goes back to {@code resumedAt})
+ * @param redone         whether the survivors redo {@code step} (true when a survivor had not completed it; false,
+ *                       with threads only, when every survivor had completed it: the dead worker failed after the
+ *                       step's sync; always true in group mode, whose {@code step} is the first one not every
+ *                       survivor completed, and with ZeRO sharding, which goes back to {@code resumedAt})
  * @param failure        the dead worker's failure, as {@code toString()} gives it
  * @param failedNanos    {@link System#nanoTime()} when the wrapper's thread had every worker's outcome of the step
  * @param resumedNanos   {@link System#nanoTime()} when the survivors' group was built and the next step was handed

@@ -428,10 +428,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 }
                 if (outcome.lost() != null) {
                     List<Object> failed = batches;
-                    batches = shrink(outcome.lost(), failed, outcome.following(), redealt, source);
-                    if (!shrinks.getLast().redone()) {
-                        batchesInEpoch += rawBatches(failed); // every survivor had completed it
+                    Shrunk shrunk = shrink(outcome.lost(), failed, outcome.following(), redealt, source);
+                    if (shrunk.failedTrained()) { // every survivor had completed this rank's failed step
+                        batchesInEpoch += rawBatches(failed);
+                        examplesInEpoch += rawExamples(failed);
                     }
+                    batches = shrunk.next();
                     continue;
                 }
                 batchesInEpoch += rawBatches(batches);
@@ -477,15 +479,17 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * survivors' start from the model (a new world, or the group {@link org.symmem4j.parallel.Group#shrink()}
      * formed), and the failed step's batches (when redone) and those read ahead go back in front (docs/shrink.md).
      *
-     * @return the next step's batches, dealt to the survivors
+     * @return the next step's batches, dealt to the survivors, and whether the survivors had all trained the batches
+     *         of this rank's failed step (then not redealt)
      * @throws DataParallelTrainingException when fewer than {@code minWorkers} would survive, or the group could not
      *                                       shrink
      */
-    private List<Object> shrink(DataParallelSteps.LostWorkers lost, List<Object> failed, List<Object> readAhead,
+    private Shrunk shrink(DataParallelSteps.LostWorkers lost, List<Object> failed, List<Object> readAhead,
                                 java.util.Deque<Object> redealt, BatchSource source) {
         int before = settings.workers();
         Throwable cause = lost.failure() instanceof DataParallelTrainingException t ? t.getCause() : lost.failure();
         Agreed agreed = settings.group() == null ? agreeAmongThreads(lost, cause) : agreeInGroup(lost, cause);
+        // this rank's failed step: redone (its batches dealt again) unless every survivor completed it
         boolean redone = agreed.iteration() == lost.iterationAtStart();
         DataParallelSteps survivorsSteps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
         survivorsSteps.resumeAt(redone ? lost.step() : lost.step() + 1);
@@ -500,11 +504,17 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             redealt.addFirst(pending.get(i));
         }
         List<Object> next = takeStep(source);
-        ShrinkReport report = new ShrinkReport(lost.step(), agreed.dead(), before, settings.workers(), redone,
-                String.valueOf(cause), lost.failedNanos(), System.nanoTime(), redone ? lost.step() : lost.step() + 1, null);
+        // the report is the survivors' agreed one (group mode: each rank may have been handed out another step)
+        ShrinkReport report = new ShrinkReport(agreed.failedStep(), agreed.dead(), before, settings.workers(),
+                agreed.redone(), String.valueOf(cause), lost.failedNanos(), System.nanoTime(),
+                agreed.redone() ? agreed.failedStep() : agreed.failedStep() + 1, null);
         shrinks.add(report);
         LOG.warn(report.logLine(settings.minWorkers(), settings.group() == null ? -1 : settings.group().rank()));
-        return next;
+        return new Shrunk(next, !redone);
+    }
+
+    /** A plain shrink's outcome on this rank: the next step's batches, and whether its failed step's were trained. */
+    private record Shrunk(List<Object> next, boolean failedTrained) {
     }
 
     /** ZeRO sharding's shrink ({@link ShardedShrink}): the survivors' workers go on from the rollback point. */
@@ -524,8 +534,11 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return r;
     }
 
-    /** What the survivors agreed on: the dead workers (old numbering) and the iteration count they all go on from. */
-    private record Agreed(List<Integer> dead, int iteration) {
+    /**
+     * What the survivors agreed on: the dead workers (old numbering), the iteration count they all go on from, and
+     * the report's failed step and whether it is redone (the same on every survivor: {@link ShrinkReport#step()}).
+     */
+    private record Agreed(List<Integer> dead, int iteration, long failedStep, boolean redone) {
     }
 
     /**
@@ -556,14 +569,17 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         settings = settings.withWorkers(survivors.size(), ndThreadsFor.applyAsInt(survivors.size()));
         Nd4jThreadLimit.set(settings.ompThreadsPerWorker()); // until the fit's limit is restored at its end
         workers = new DataParallelWorkers(model, settings, metrics);
-        return new Agreed(lost.dead(), iteration);
+        // one wrapper hands every thread the same step: the step's end if every survivor's update ran (not redone)
+        return new Agreed(lost.dead(), iteration, lost.step(), iteration == lost.iterationAtStart());
     }
 
     /**
      * Group mode: this rank's worker stopped on a peer's failure. The group names the dead and forms the survivors'
-     * group ({@link org.symmem4j.parallel.Group#shrink()}); over it the survivors gather their iteration counts, and
-     * each goes on from the smallest: its replica's state, or the copy of the step's start it took (a survivor whose
-     * update ran while another's did not). The wrapper owns the new group (closed with it, or at the next shrink).
+     * group ({@link org.symmem4j.parallel.Group#shrink()}); over it the survivors gather their iteration counts and
+     * first steps not done ({@link SurvivorSteps}), and each goes on from the smallest count: its replica's state, or
+     * the copy of the step's start it took (a survivor whose update ran while another's did not); every survivor
+     * reports the smallest first step not done as the failed step, redone. The wrapper owns the new group (closed with
+     * it, or at the next shrink).
      */
     private Agreed agreeInGroup(DataParallelSteps.LostWorkers lost, Throwable cause) {
         org.symmem4j.parallel.Group old = settings.group();
@@ -572,6 +588,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         org.symmem4j.parallel.Group group;
         org.symmem4j.parallel.Group agreeing; // a mesh's survivors agree over the whole world: every tp rank alike
         List<Integer> dead;
+        long failedStep;
         if (meshShrink != null) { // the dead replicas leave whole; the network attached to its new tp group
             MeshShrink.Formed formed = meshShrink.shrink(model, lost, cause, settings.minWorkers());
             group = formed.dataParallelGroup();
@@ -586,10 +603,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         try {
             ShardedShrink.requireMinWorkers(lost, dead, group.worldSize(), old.worldSize(), cause,
                     settings.minWorkers());
-            // a mesh's dp groups may have failed at different steps: the tag names none (the survivors' world is new)
-            List<String> counts = org.symmem4j.dl4j.train.RankAgreement.allGather(agreeing, "symmem4j-wrapper-shrink-"
-                    + (meshShrink != null ? "mesh" : lost.step()), Integer.toString(mine.iterationCount()));
-            int iteration = counts.stream().mapToInt(Integer::parseInt).min().orElseThrow();
+            // the tag names no step: the survivors may have failed different steps (a mesh's dp groups; a survivor
+            // the abort reached still finishing the step before: SurvivorSteps), and the survivors' world is new
+            SurvivorSteps.Agreed steps = SurvivorSteps.agree(org.symmem4j.dl4j.train.RankAgreement.allGather(agreeing,
+                    "symmem4j-wrapper-shrink", SurvivorSteps.position(lost, mine.iterationCount())), lost);
+            int iteration = steps.iteration();
+            failedStep = steps.failedStep();
             if (meshShrink != null) {
                 MeshShrink.requireOneStepApart(lost, iteration, cause);
             }
@@ -609,7 +628,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         settings = settings.withGroup(group);
         workers = new DataParallelWorkers(model, settings, metrics);
-        return new Agreed(dead, model.iterationCount());
+        // every survivor reports the agreed failed step, which all of them redo
+        return new Agreed(dead, model.iterationCount(), failedStep, true);
     }
 
     /** The agreed iteration count is the failed step's start or end; anything else is a bug. */

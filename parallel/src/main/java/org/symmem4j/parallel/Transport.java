@@ -158,4 +158,24 @@ public interface Transport {
      */
     default void release(Group group) {
     }
+
+    /**
+     * The calling thread's device state as it is now (a GPU transport: the context current on it), to put back with
+     * {@link CallerState#close()} once code that switches it (every GPU call makes its rank's context current, a
+     * {@link #release} leaves none) is done: a caller's own driver calls after closing a model keep working. Nothing by
+     * default: a host transport has no thread state.
+     *
+     * @return what puts the state back; closing it twice is harmless
+     */
+    default CallerState callerState() {
+        return () -> { };
+    }
+
+    /** A thread's device state, captured by {@link #callerState()}; {@link #close()} puts it back. */
+    @FunctionalInterface
+    interface CallerState extends AutoCloseable {
+        /** Puts the captured state back on the calling thread (the capturing one). */
+        @Override
+        void close();
+    }
 }

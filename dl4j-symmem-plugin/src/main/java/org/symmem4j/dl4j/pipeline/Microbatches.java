@@ -87,6 +87,18 @@ public final class Microbatches {
      * @return the parts, in order
      */
     public static Microbatches split(DataSet batch, int microbatches, DataType dataType) {
+        return split(batch, microbatches, dataType, null);
+    }
+
+    /**
+     * As {@link #split(DataSet, int, DataType)}, written into {@code reuse}'s arrays where they fit (the same count of
+     * microbatches, and an array of the same shape and type): a trainer cuts every step's batch into the arrays of
+     * the step before, which nothing reads once that step ended, instead of new ones. The values are the same copies
+     * either way. Nothing is written before the batch is checked.
+     *
+     * @param reuse the previous cut whose arrays may be overwritten, or null
+     */
+    static Microbatches split(DataSet batch, int microbatches, DataType dataType, Microbatches reuse) {
         Objects.requireNonNull(batch, "batch");
         if (microbatches < 1) {
             throw new IllegalArgumentException("microbatches=" + microbatches + " expected microbatches >= 1 (fix: pass"
@@ -111,22 +123,22 @@ public final class Microbatches {
                     + ", or a microbatch count that divides " + examples + ")");
         }
         long size = examples / microbatches;
-        return new Microbatches(cut(features, microbatches, size, dataType), cut(labels, microbatches, size, dataType),
-                cut(batch.getFeaturesMaskArray(), microbatches, size, null),
-                cut(batch.getLabelsMaskArray(), microbatches, size, null));
+        return new Microbatches(cut(features, microbatches, size, dataType, reuse == null ? null : reuse.features),
+                cut(labels, microbatches, size, dataType, reuse == null ? null : reuse.labels),
+                cut(batch.getFeaturesMaskArray(), microbatches, size, null, reuse == null ? null : reuse.featuresMasks),
+                cut(batch.getLabelsMaskArray(), microbatches, size, null, reuse == null ? null : reuse.labelsMasks));
     }
 
     /**
-     * The shares of data-parallel replicas {@code [firstReplica, endReplica)} of {@code batch}: the batch is cut into
-     * {@code microbatches x dataParallel} equal pieces and replica {@code d}'s microbatch {@code k} is piece
-     * {@code k * dataParallel + d}, so the replicas' microbatch {@code k} together are the batch's {@code k}-th
-     * {@code 1/microbatches}.
+     * {@code batch} cut into {@code microbatches x dataParallel} equal pieces, in order, for {@link #replicaShares(
+     * Microbatches, int, int, int, int)}; into {@code reuse}'s arrays where they fit (as {@link #split(DataSet, int,
+     * DataType, Microbatches)}).
      *
      * @throws IllegalArgumentException when features or labels are missing, or the batch size is not a multiple of
      *                                  {@code microbatches x dataParallel}
      */
-    static List<Microbatches> replicaShares(DataSet batch, int microbatches, int dataParallel, int firstReplica,
-                                            int endReplica, DataType dataType) {
+    static Microbatches splitForReplicas(DataSet batch, int microbatches, int dataParallel, DataType dataType,
+                                         Microbatches reuse) {
         int m = microbatches;
         int pieces = m * dataParallel;
         if (batch.getFeatures() == null || batch.getLabels() == null) {
@@ -142,25 +154,38 @@ public final class Microbatches {
                     + " an equal share cut into equal microbatches; fix: use batch size "
                     + (lower == 0 ? String.valueOf(pieces) : lower + " or " + (lower + pieces)) + ")");
         }
-        Microbatches all = split(batch, pieces, dataType);
+        return split(batch, pieces, dataType, reuse);
+    }
+
+    /**
+     * The shares of data-parallel replicas {@code [firstReplica, endReplica)} of a batch cut by
+     * {@link #splitForReplicas} into {@code microbatches x dataParallel} equal pieces: replica {@code d}'s microbatch
+     * {@code k} is piece {@code k * dataParallel + d}, so the replicas' microbatch {@code k} together are the batch's
+     * {@code k}-th {@code 1/microbatches}.
+     */
+    static List<Microbatches> replicaShares(Microbatches all, int microbatches, int dataParallel, int firstReplica,
+                                            int endReplica) {
+        int m = microbatches;
+        boolean featuresMasks = all.featuresMasks != null;
+        boolean labelsMasks = all.labelsMasks != null;
         List<Microbatches> shares = new ArrayList<>(endReplica - firstReplica);
         for (int d = firstReplica; d < endReplica; d++) {
             List<INDArray> features = new ArrayList<>(m);
             List<INDArray> labels = new ArrayList<>(m);
-            List<INDArray> featuresMasks = batch.getFeaturesMaskArray() == null ? null : new ArrayList<>(m);
-            List<INDArray> labelsMasks = batch.getLabelsMaskArray() == null ? null : new ArrayList<>(m);
+            List<INDArray> featuresMask = featuresMasks ? new ArrayList<>(m) : null;
+            List<INDArray> labelsMask = labelsMasks ? new ArrayList<>(m) : null;
             for (int k = 0; k < m; k++) {
                 int piece = k * dataParallel + d;
                 features.add(all.features().get(piece));
                 labels.add(all.labels().get(piece));
-                if (featuresMasks != null) {
-                    featuresMasks.add(all.featuresMask(piece));
+                if (featuresMask != null) {
+                    featuresMask.add(all.featuresMask(piece));
                 }
-                if (labelsMasks != null) {
-                    labelsMasks.add(all.labelsMask(piece));
+                if (labelsMask != null) {
+                    labelsMask.add(all.labelsMask(piece));
                 }
             }
-            shares.add(new Microbatches(features, labels, featuresMasks, labelsMasks));
+            shares.add(new Microbatches(features, labels, featuresMask, labelsMask));
         }
         return shares;
     }
@@ -172,13 +197,14 @@ public final class Microbatches {
         }
     }
 
-    private static List<INDArray> cut(INDArray array, int parts, long size, DataType type) {
+    private static List<INDArray> cut(INDArray array, int parts, long size, DataType type, List<INDArray> reuse) {
         if (array == null) {
             return null;
         }
         List<INDArray> out = new ArrayList<>(parts);
         for (int mb = 0; mb < parts; mb++) {
-            out.add(rows(array, mb * size, size, type == null ? array.dataType() : type));
+            INDArray into = reuse != null && reuse.size() == parts ? reuse.get(mb) : null;
+            out.add(rows(array, mb * size, size, type == null ? array.dataType() : type, into));
         }
         return out;
     }
@@ -262,14 +288,21 @@ public final class Microbatches {
         return total;
     }
 
-    /** Rows {@code [from, from + count)} as a contiguous row-major copy of type {@code type}. */
-    private static INDArray rows(INDArray array, long from, long count, DataType type) {
+    /**
+     * Rows {@code [from, from + count)} as a contiguous row-major copy of type {@code type}: written into {@code into}
+     * (a copy an earlier cut made, so contiguous and row-major) when it has that shape and type, else a new array.
+     */
+    private static INDArray rows(INDArray array, long from, long count, DataType type, INDArray into) {
         INDArrayIndex[] index = new INDArrayIndex[array.rank()];
         index[0] = NDArrayIndex.interval(from, from + count);
         for (int d = 1; d < index.length; d++) {
             index[d] = NDArrayIndex.all();
         }
         INDArray part = array.get(index);
+        if (into != null && into.dataType() == type && java.util.Arrays.equals(into.shape(), part.shape())) {
+            // the same values as the copy below: a plain copy when the type matches (no array made), else the cast's
+            return into.assign(part.dataType() == type ? part : part.castTo(type));
+        }
         // castTo returns the same (view) array when the type already matches: dup makes it ours
         return part.castTo(type).dup('c');
     }

@@ -47,6 +47,8 @@ final class StageReplicas {
     private final boolean shardedState;
     /** That ZeRO stage, or null. */
     private final ZeroStage sharding;
+    /** The last step's batch cut into microbatches, whose arrays the next step's cut overwrites where they fit. */
+    private Microbatches cut;
 
     /**
      * Builds the stages: every replica (thread mode) or this process's one (group mode, whose stages of other pipeline
@@ -131,13 +133,16 @@ final class StageReplicas {
      * ({@link Microbatches#replicaShares}).
      */
     List<StepPlan> plans(DataSet batch, int microbatches, InputType inputType) {
+        // the step before ended (its stages read their microbatches only inside it): its arrays take this step's
         if (dataParallel == 1) {
-            return List.of(StepPlan.of(split, first, Microbatches.split(batch, microbatches, split.dataType()), inputType));
+            cut = Microbatches.split(batch, microbatches, split.dataType(), cut);
+            return List.of(StepPlan.of(split, first, cut, inputType));
         }
         // group mode: this process's replica only
         int firstReplica = ownReplica();
-        List<Microbatches> shares = Microbatches.replicaShares(batch, microbatches, dataParallel, firstReplica,
-                group == null ? dataParallel : firstReplica + 1, split.dataType());
+        cut = Microbatches.splitForReplicas(batch, microbatches, dataParallel, split.dataType(), cut);
+        List<Microbatches> shares = Microbatches.replicaShares(cut, microbatches, dataParallel, firstReplica,
+                group == null ? dataParallel : firstReplica + 1);
         List<StepPlan> plans = new ArrayList<>(shares.size());
         for (int i = 0; i < shares.size(); i++) {
             // a replica's tensor-parallel ranks share its plan: their stages see the same (whole) activations

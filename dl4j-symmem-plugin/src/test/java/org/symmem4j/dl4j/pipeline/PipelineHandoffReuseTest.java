@@ -17,7 +17,8 @@ import org.nd4j.linalg.learning.config.Adam;
 /**
  * A DL4J stage copies each received activation and gradient into an array it reuses once the microbatch's passes
  * are over (as many as microbatches are in flight), and a row-major copy of an output into one it reuses per
- * direction: steps after the first make no new hand-off array. Reuse must not change a bit: one trainer over several
+ * direction: steps after the first make no new hand-off array (and the trainer cuts each batch into the microbatch
+ * arrays of the step before: MicrobatchesReuseTest). Reuse must not change a bit: one trainer over several
  * steps (whose later steps overwrite the arrays of the earlier ones) ends bitwise where a fresh trainer per step ends
  * (whose arrays are new every step), parameters, updater state and every step's loss. A stage that overwrote an
  * array something still read across steps would differ; within a step, the equivalence tests against plain

@@ -3,15 +3,12 @@ package org.symmem4j.dl4j.tensor;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
-import static org.junit.jupiter.api.Assertions.assertNull;
-import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicReferenceArray;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -27,8 +24,8 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceMesh;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.group.InJvmWorld;
+import org.symmem4j.parallel.group.RankOutcomes;
 
 /**
  * In-place shrink of a {@code dp x tp} mesh whose ranks are threads of one JVM ({@link InJvmWorld#createShrinking}):
@@ -66,6 +63,10 @@ class TensorParallelThreadShrinkTest {
         }
     }
 
+    /** How a rank's fit ended: a survivor's shrink reports and shard, or a leaving rank's message (shard null). */
+    record End(String outcome, ShrinkReport report, Shard shard) {
+    }
+
     /** A rank's shard as raw bits: parameters, then updater state, then iteration and epoch counts. */
     record Shard(float[] params, float[] state, int iterations, int epochs) {
         static Shard of(MultiLayerNetwork net) {
@@ -86,11 +87,9 @@ class TensorParallelThreadShrinkTest {
         int batch = FAILED_STEP * DP + lostReplica;
         FailsOnAWorker fault = new FailsOnAWorker(data.get(batch));
         faulty.set(batch, fault);
-        AtomicReferenceArray<Shard> shards = new AtomicReferenceArray<>(ranks);
-        AtomicReferenceArray<String> outcome = new AtomicReferenceArray<>(ranks);
-        java.util.concurrent.atomic.AtomicLong latestResume = new java.util.concurrent.atomic.AtomicLong(Long.MIN_VALUE);
+        RankOutcomes<End> ends;
         try (InJvmWorld world = InJvmWorld.createShrinking(ranks, OPTIONS)) {
-            SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(world, group -> {
+            ends = InJvmWorld.runOnEveryRankSurviving(world, group -> {
                 try (DeviceMesh mesh = DeviceMesh.of(group, "dp", DP, "tp", TP);
                      Communicator c = Communicator.create(mesh.group("tp"))) {
                     MultiLayerNetwork mine = TensorParallel.shard(initial, mesh.coordinate("tp"), TP, 0, 2);
@@ -100,43 +99,40 @@ class TensorParallelThreadShrinkTest {
                         try {
                             wrapper.fit(new BatchListIterator(group.rank() == dies ? faulty : data));
                         } catch (ReplicaLostException lost) {
-                            outcome.set(group.rank(), "left: " + lost.getMessage());
-                            return null; // its task ends normally: the world does not count it dead
+                            // its task ends normally: the world does not count it dead
+                            return new End("left: " + lost.getMessage(), null, null);
                         }
                         List<ShrinkReport> s = wrapper.shrinks();
-                        latestResume.accumulateAndGet(s.getFirst().resumedNanos(), Math::max);
-                        outcome.set(group.rank(), s.size() + " shrink(s): step " + s.getFirst().step() + " dead "
+                        return new End(s.size() + " shrink(s): step " + s.getFirst().step() + " dead "
                                 + s.getFirst().dead() + " from " + s.getFirst().workersBefore() + " to "
                                 + s.getFirst().workersAfter() + " redone " + s.getFirst().redone() + "; mesh dp "
-                                + wrapper.mesh().size("dp") + " x tp " + wrapper.mesh().size("tp"));
-                        shards.set(group.rank(), Shard.of(mine));
+                                + wrapper.mesh().size("dp") + " x tp " + wrapper.mesh().size("tp"), s.getFirst(),
+                                Shard.of(mine));
                     }
                 }
-                return null;
-            }));
-            assertTrue(e.getMessage().startsWith("rank " + dies + " failed") && String.valueOf(e.getCause())
-                    .contains("injected: the worker thread dies"), e.toString());
+            });
         }
+        assertEquals(List.of(dies), ends.dead(), "the dying rank's task failed, no other's");
+        assertTrue(String.valueOf(ends.failure(dies)).contains("injected: the worker thread dies"),
+                String.valueOf(ends.failure(dies)));
+        long latestResume = ends.survivorResults().values().stream().filter(end -> end.report() != null)
+                .mapToLong(end -> end.report().resumedNanos()).max().orElseThrow();
         System.out.printf(java.util.Locale.ROOT, "TensorParallelThreadShrinkTest: dp %d x tp %d threads, world rank %d"
                 + " died in step %d; the survivors' redone step handed out %.1f ms after its worker failed (the latest of"
-                + " %d)%n", DP, TP, dies, FAILED_STEP, (latestResume.get() - fault.failedNanos) / 1e6, ranks - TP);
+                + " %d)%n", DP, TP, dies, FAILED_STEP, (latestResume - fault.failedNanos) / 1e6, ranks - TP);
         List<Integer> survivors = new ArrayList<>();
         for (int r = 0; r < ranks; r++) {
-            // a rank still finishing the step before (past its sync, at its update) when the abort reaches it reports
-            // that step as failed and done (docs/shrink.md: a survivor past the sync holds the step's end): the same
-            // state, the failed step's start, as every other survivor goes on from (the shards are compared below)
+            // every survivor reports the agreed failed step, redone: also one the abort reached still finishing the
+            // step before (past its update, in the loss merge), which goes on from the same state (SurvivorSteps)
             if (r / TP != lostReplica) {
                 survivors.add(r);
-                String shrunk = " dead [" + lostReplica + "] from 3 to 2 redone ";
-                assertTrue(outcome.get(r) != null && (outcome.get(r).equals("1 shrink(s): step " + FAILED_STEP + shrunk
-                        + "true; mesh dp 2 x tp 2") || outcome.get(r).equals("1 shrink(s): step " + (FAILED_STEP - 1)
-                        + shrunk + "false; mesh dp 2 x tp 2")), "world rank " + r + ": " + outcome.get(r));
-            } else if (r == dies) {
-                assertNull(outcome.get(r), "the dead rank's fit failed");
-            } else {
-                assertTrue(outcome.get(r).startsWith("left: ") && (outcome.get(r).contains("leaves at step "
-                        + FAILED_STEP) || outcome.get(r).contains("leaves at step " + (FAILED_STEP - 1))),
-                        "world rank " + r + ": " + outcome.get(r));
+                assertEquals("1 shrink(s): step " + FAILED_STEP + " dead [" + lostReplica + "] from 3 to 2 redone true;"
+                        + " mesh dp 2 x tp 2", ends.result(r).outcome(), "world rank " + r);
+            } else if (r != dies) {
+                // the lost replica's live rank names its own step: it leaves before the survivors agree on one
+                String left = ends.result(r).outcome();
+                assertTrue(left.startsWith("left: ") && (left.contains("leaves at step " + FAILED_STEP)
+                        || left.contains("leaves at step " + (FAILED_STEP - 1))), "world rank " + r + ": " + left);
             }
         }
 
@@ -151,7 +147,7 @@ class TensorParallelThreadShrinkTest {
         });
         for (int i = 0; i < survivors.size(); i++) {
             int r = survivors.get(i);
-            Shard found = shards.get(r);
+            Shard found = ends.result(r).shard();
             assertNotNull(found, "world rank " + r);
             assertArrayEquals(expected.get(i).params(), found.params(), "world rank " + r + ": parameters bitwise");
             assertArrayEquals(expected.get(i).state(), found.state(), "world rank " + r + ": updater state bitwise");
@@ -162,7 +158,7 @@ class TensorParallelThreadShrinkTest {
         List<Shard> uninterrupted = InJvmWorld.runOnEveryRank(ranks, OPTIONS,
                 g -> Shard.of(plain(g, DP, TensorParallel.shard(initial, g.rank() % TP, TP, 0, 2), data)));
         assertTrue(!java.util.Arrays.equals(uninterrupted.get(survivors.getFirst()).params(),
-                shards.get(survivors.getFirst()).params()));
+                ends.result(survivors.getFirst()).shard().params()));
     }
 
     /**
@@ -184,10 +180,9 @@ class TensorParallelThreadShrinkTest {
         List<DataSet> faulty = new ArrayList<>(data);
         int batch = failed * DP + dies / TP;
         faulty.set(batch, new FailsOnAWorker(data.get(batch)));
-        AtomicReferenceArray<Shard> shards = new AtomicReferenceArray<>(ranks);
-        AtomicReferenceArray<ShrinkReport> reports = new AtomicReferenceArray<>(ranks);
+        RankOutcomes<End> ends;
         try (InJvmWorld world = InJvmWorld.createShrinking(ranks, OPTIONS)) {
-            assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(world, group -> {
+            ends = InJvmWorld.runOnEveryRankSurviving(world, group -> {
                 try (DeviceMesh mesh = DeviceMesh.of(group, "dp", DP, "tp", TP);
                      Communicator c = Communicator.create(mesh.group("tp"))) {
                     MultiLayerNetwork mine = TensorParallel.shard(initial, mesh.coordinate("tp"), TP, 0, 2);
@@ -198,22 +193,21 @@ class TensorParallelThreadShrinkTest {
                         try {
                             wrapper.fit(new BatchListIterator(group.rank() == dies ? faulty : data));
                         } catch (ReplicaLostException lost) {
-                            return null;
+                            return new End("left: " + lost.getMessage(), null, null);
                         }
                         assertEquals(1, wrapper.shrinks().size());
-                        reports.set(group.rank(), wrapper.shrinks().getFirst());
-                        shards.set(group.rank(), Shard.of(mine));
+                        return new End("shrunk", wrapper.shrinks().getFirst(), Shard.of(mine));
                     }
                 }
-                return null;
-            }));
+            });
         }
+        assertEquals(List.of(dies), ends.dead());
+        assertTrue(ends.result(2).outcome().startsWith("left: "), ends.result(2).outcome());
         List<Integer> survivors = List.of(0, 1, 4, 5);
         for (int r : survivors) {
-            ShrinkReport s = reports.get(r);
+            ShrinkReport s = ends.result(r).report();
             assertNotNull(s, "world rank " + r + " finished");
-            // or the step before, on a rank the abort reached still finishing it (as in the plain case above)
-            assertTrue(s.step() == failed || s.step() == failed - 1, "world rank " + r + ": failed step " + s.step());
+            assertEquals(failed, s.step(), "world rank " + r + ": the agreed failed step (as in the plain case above)");
             assertEquals(List.of(1), s.dead(), "the lost replica");
             assertEquals(4, s.resumedAt(), "back to the checkpoint after 4 steps");
             assertEquals(org.symmem4j.dl4j.train.CheckpointDirectory.stepDir(root.resolve("tp-" + (r % TP) + "-of-" + TP),
@@ -227,7 +221,7 @@ class TensorParallelThreadShrinkTest {
                 TensorParallel.attach(mine, c);
                 try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(mine).group(mesh.group("dp"))
                         .ompThreadsPerWorker(1).sharding(stage).build()) {
-                    w.restoreCheckpoint(reports.get(survivors.get(g.rank())).checkpoint());
+                    w.restoreCheckpoint(ends.result(survivors.get(g.rank())).report().checkpoint());
                     w.fit(new BatchListIterator(data));
                 }
                 return Shard.of(mine);
@@ -235,10 +229,11 @@ class TensorParallelThreadShrinkTest {
         });
         for (int i = 0; i < survivors.size(); i++) {
             int r = survivors.get(i);
-            assertArrayEquals(expected.get(i).params(), shards.get(r).params(), "world rank " + r + ": parameters");
-            assertArrayEquals(expected.get(i).state(), shards.get(r).state(), "world rank " + r + ": updater state");
-            assertEquals(expected.get(i).iterations(), shards.get(r).iterations(), "world rank " + r);
-            assertEquals(expected.get(i).epochs(), shards.get(r).epochs(), "world rank " + r);
+            Shard found = ends.result(r).shard();
+            assertArrayEquals(expected.get(i).params(), found.params(), "world rank " + r + ": parameters");
+            assertArrayEquals(expected.get(i).state(), found.state(), "world rank " + r + ": updater state");
+            assertEquals(expected.get(i).iterations(), found.iterations(), "world rank " + r);
+            assertEquals(expected.get(i).epochs(), found.epochs(), "world rank " + r);
         }
     }
 

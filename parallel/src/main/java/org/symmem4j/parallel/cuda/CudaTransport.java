@@ -149,7 +149,9 @@ public final class CudaTransport implements Transport, AutoCloseable {
      * collective: each rank releases its own, on its own thread, after closing every memory and
      * communicator of {@code group} on this transport (those become unusable; graphs and user
      * modules still open are destroyed here). A group that never used this transport, or was
-     * released already, is a no-op. A later use of the group on this transport creates a fresh state.
+     * released already, is a no-op. A later use of the group on this transport creates a fresh state. The context
+     * current on the calling thread before is current again after (none if it was the primary context this released
+     * the last retain of).
      *
      * @param group a rank's group on this transport
      * @throws CudaException when the driver fails to release something (everything else is still released)
@@ -158,8 +160,16 @@ public final class CudaTransport implements Transport, AutoCloseable {
     public void release(Group group) {
         CudaRank r = ranks.remove(group);
         if (r != null) {
-            r.close();
+            try (CallerContext caller = CallerContext.capture(driver)) { // the rank's close leaves none current
+                r.close();
+            }
         }
+    }
+
+    /** The context current on the calling thread, put back at close (unless a release destroyed it). */
+    @Override
+    public Transport.CallerState callerState() {
+        return CallerContext.capture(driver);
     }
 
     /**

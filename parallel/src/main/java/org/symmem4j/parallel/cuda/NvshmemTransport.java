@@ -372,7 +372,7 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
      * @param group a rank's group on this transport
      */
     public void release(Group group) {
-        try {
+        try (Transport.CallerState caller = cuda.callerState()) { // the caller's context, current again after
             synchronized (WORLD_LOCK) {
                 if (world == group) {
                     world = null;
@@ -383,6 +383,12 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
         } finally {
             cuda.release(group);
         }
+    }
+
+    /** As {@link CudaTransport#callerState()}. */
+    @Override
+    public Transport.CallerState callerState() {
+        return cuda.callerState();
     }
 
     /** Stops NVSHMEM if a group of this process still runs it, then closes the CUDA transport. Idempotent. */

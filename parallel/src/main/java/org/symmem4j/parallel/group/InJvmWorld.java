@@ -127,8 +127,9 @@ public final class InJvmWorld implements AutoCloseable {
      * survivors' {@code shrink()} waits (at most the timeout) until one is, and joins them into a new world of their
      * own, numbered densely in their old order, which this world closes with itself. A task that returns is not dead
      * (a rank whose replica was lost leaves that way). Sub-groups cannot shrink (shrink the world's group, or a
-     * {@link org.symmem4j.parallel.DeviceMesh} over it). {@link #runOnEveryRank(InJvmWorld, RankTask)} still throws
-     * the first failure: the survivors' results are theirs to keep.
+     * {@link org.symmem4j.parallel.DeviceMesh} over it). Run its ranks with {@link #runOnEveryRankSurviving}, which
+     * returns the survivors' results and the dead ranks' failures as a value ({@link #runOnEveryRank(InJvmWorld,
+     * RankTask)} throws the first failure, as on any world).
      *
      * @param worldSize number of ranks (threads), at least 1
      * @param options   timeout and waiting of every group of this world and of the worlds its shrinks form
@@ -240,6 +241,23 @@ public final class InJvmWorld implements AutoCloseable {
      *                         the start (a wait that ignores the timeout)
      */
     public static <T> List<T> runOnEveryRank(InJvmWorld world, RankTask<T> task) {
+        return runOnEveryRankSurviving(world, task).orThrow();
+    }
+
+    /**
+     * Runs {@code task} on every rank, as {@link #runOnEveryRank(InJvmWorld, RankTask)} does, and returns how each
+     * rank's task ended instead of throwing a rank's failure: on a world made by {@link #createShrinking}, the
+     * survivors' results and the dead ranks' failures ({@link RankOutcomes}; {@link RankOutcomes#orThrow()} is what
+     * {@code runOnEveryRank} returns or throws).
+     *
+     * @param <T>   what each rank returns
+     * @param world the world whose ranks run it
+     * @param task  the work of one rank
+     * @return every rank's result or failure
+     * @throws SymmemException when this thread was interrupted while waiting for the ranks, or when a rank was still
+     *                         running four timeouts (plus 30 s) after the start (a wait that ignores the timeout)
+     */
+    public static <T> RankOutcomes<T> runOnEveryRankSurviving(InJvmWorld world, RankTask<T> task) {
         int n = world.worldSize;
         List<T> results = new ArrayList<>(java.util.Collections.nCopies(n, null));
         Throwable[] failures = new Throwable[n];
@@ -287,22 +305,8 @@ public final class InJvmWorld implements AutoCloseable {
                 throw hang;
             }
         }
-        SymmemException first = null;
-        for (int r = 0; r < n; r++) {
-            if (failures[r] != null) {
-                if (first == null) {
-                    first = new SymmemException("rank " + r + " failed: " + failures[r] + " (fix: see that rank's"
-                            + " error, the cause below)", failures[r]);
-                } else {
-                    first.addSuppressed(new SymmemException("rank " + r + " failed: " + failures[r] + " (fix: see that"
-                            + " rank's error, the cause below)", failures[r]));
-                }
-            }
-        }
-        if (first != null) {
-            throw first;
-        }
-        return results;
+        // Thread.join orders every rank thread's writes of results and failures before these reads
+        return new RankOutcomes<>(results, failures);
     }
 
     /**

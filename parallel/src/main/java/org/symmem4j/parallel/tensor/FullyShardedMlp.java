@@ -17,6 +17,7 @@ import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.TensorParallelGemm;
+import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.tensor.ShardedStepPlan.Action;
 
 /**
@@ -209,10 +210,14 @@ public final class FullyShardedMlp implements AutoCloseable {
                 partSize[l] = counts[l];
             }
         }
+        // a failed start frees what it made and puts back the caller's device state (nothing to close on success)
+        Transport.CallerState caller = group.transport().callerState();
         try {
             open();
         } catch (RuntimeException | Error e) {
-            release(e);
+            try (caller) {
+                release(e);
+            }
             throw e;
         }
     }
@@ -692,7 +697,8 @@ public final class FullyShardedMlp implements AutoCloseable {
      * Not collective: frees everything of this rank after its group was aborted (a peer died: {@code Group.shrink()}),
      * without meeting the peers: waits at most {@code timeout} for both streams, then frees the buffers, closes the
      * symmetric memories (its mappings of every peer's exported memory, a dead one's included, are unmapped), the
-     * communicators and the sub-group, and releases the sub-group's GPU state on the transport.
+     * communicators and the sub-group, and releases the sub-group's GPU state on the transport; the calling thread's
+     * current context is put back as {@link #close()} does.
      *
      * @param timeout how long the streams may still run
      * @param gone    the peers that are gone, for the message
@@ -703,6 +709,12 @@ public final class FullyShardedMlp implements AutoCloseable {
         if (closed) {
             return;
         }
+        try (Transport.CallerState caller = group.transport().callerState()) {
+            abandonIdle(timeout, gone);
+        }
+    }
+
+    private void abandonIdle(java.time.Duration timeout, String gone) {
         if (!idleWithin(timeout)) {
             throw new org.symmem4j.parallel.SymmemException("rank=" + rank + ": its GPU streams still run " + timeout
                     + " after " + gone + " died: a collective's kernel waits on the GPU for " + gone + ", and symmem4j's"
@@ -732,7 +744,9 @@ public final class FullyShardedMlp implements AutoCloseable {
      * Collective: waits for both streams, meets the group (no peer's kernel can then wait for this rank), frees the
      * buffers and closes the symmetric memories, the sub-group's communicator, the sub-group and the communicator, and
      * releases the sub-group's GPU state on the transport (its stream, context retain and kernels' hold: the sub-group is
-     * this model's, so nobody else would). Idempotent. The group's own GPU state stays: the group is the caller's.
+     * this model's, so nobody else would). Idempotent. The group's own GPU state stays: the group is the caller's, and
+     * so does the calling thread's current context: the one current before {@code close()} is current after it
+     * ({@link Transport#callerState()}), so the caller's own driver calls go on working.
      */
     @Override
     public void close() {
@@ -740,10 +754,12 @@ public final class FullyShardedMlp implements AutoCloseable {
             return;
         }
         closed = true;
-        computeDevice.synchronize();
-        commDevice.synchronize();
-        compute.barrier();
-        release(null);
+        try (Transport.CallerState caller = group.transport().callerState()) {
+            computeDevice.synchronize();
+            commDevice.synchronize();
+            compute.barrier();
+            release(null);
+        }
     }
 
     /**

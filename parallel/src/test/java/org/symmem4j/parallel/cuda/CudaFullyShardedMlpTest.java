@@ -234,6 +234,10 @@ class CudaFullyShardedMlpTest {
         group.allGatherBytes("fsdp-count-before", new byte[0]);
         int heldBefore = GPU.cuda().heldRanks();
         group.allGatherBytes("fsdp-counted-before", new byte[0]);
+        // the caller's context (the group's rank made its GPU's primary context current): current again after close()
+        CudaDriver driver = CudaDriver.get();
+        java.lang.foreign.MemorySegment callers = driver.currentContext();
+        assertTrue(!java.lang.foreign.MemorySegment.NULL.equals(callers), "rank " + rank + ": a context is current");
         Result result;
         FullyShardedMlp closed;
         try (FullyShardedMlp mlp = new FullyShardedMlp(group, tokens, widths, sharding, adam);
@@ -286,6 +290,9 @@ class CudaFullyShardedMlpTest {
             boolean bitwise = algorithms == null || !algorithms.contains(Algorithm.NCCL);
             result = new Result(outputs, masters, starts, bitwise);
         }
+        assertEquals(callers, driver.currentContext(), "rank " + rank + ": close() puts the caller's context back");
+        long raw = driver.malloc(256); // a raw driver call after close() works (CUDA_ERROR_INVALID_CONTEXT without one)
+        driver.free(raw);
         closed.close(); // a second close does nothing (and releases nothing twice)
         // close() released the collectives' sub-group's GPU state: what is left is each rank's state of the group itself
         group.allGatherBytes("fsdp-count-after", new byte[0]);

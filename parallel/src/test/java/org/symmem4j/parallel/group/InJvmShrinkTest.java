@@ -8,7 +8,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
 import java.util.List;
-import java.util.concurrent.atomic.AtomicReferenceArray;
 import org.junit.jupiter.api.Test;
 import org.symmem4j.parallel.DeviceMesh;
 import org.symmem4j.parallel.Group;
@@ -40,9 +39,9 @@ class InJvmShrinkTest {
 
     @Test
     void theSurvivorsOfAFailedTaskFormANewWorldInTheirOldOrder() {
-        AtomicReferenceArray<String> seen = new AtomicReferenceArray<>(4);
+        RankOutcomes<String> outcomes;
         try (InJvmWorld world = InJvmWorld.createShrinking(4, OPTIONS)) {
-            SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(world, group -> {
+            outcomes = InJvmWorld.runOnEveryRankSurviving(world, group -> {
                 assertTrue(group.canShrink());
                 failingExchange(group, 1);
                 Group.Survivors s = group.shrink();
@@ -53,33 +52,51 @@ class InJvmShrinkTest {
                     assertEquals(3, next.worldSize());
                     assertTrue(next.canShrink(), "the survivors' world can shrink again");
                     List<Integer> all = gather(next, "after", group.rank());
-                    seen.set(group.rank(), next.rank() + ":" + all);
+                    return next.rank() + ":" + all;
                 }
-                return null;
-            }));
-            assertTrue(e.getMessage().contains("rank 1 failed") && e.getCause().getMessage().contains("injected"),
-                    e.getMessage());
+            });
         }
         // the survivors 0, 2, 3 are ranks 0, 1, 2 of the new world, and exchange in that order
-        assertEquals("0:[0, 2, 3]", seen.get(0));
-        assertNull(seen.get(1));
-        assertEquals("1:[0, 2, 3]", seen.get(2));
-        assertEquals("2:[0, 2, 3]", seen.get(3));
+        assertEquals(java.util.Map.of(0, "0:[0, 2, 3]", 2, "1:[0, 2, 3]", 3, "2:[0, 2, 3]"), outcomes.survivorResults());
+        assertEquals(List.of(0, 2, 3), outcomes.survivors());
+        assertEquals(List.of(1), outcomes.dead());
+        assertEquals(4, outcomes.worldSize());
+        assertTrue(outcomes.failure(1).getMessage().contains("injected: rank 1 dies"), String.valueOf(outcomes.failure(1)));
+        assertNull(outcomes.failure(2));
+        assertEquals(List.of(1), List.copyOf(outcomes.failures().keySet()));
+        assertEquals("1:[0, 2, 3]", outcomes.result(2));
+        IllegalArgumentException noResult = assertThrows(IllegalArgumentException.class, () -> outcomes.result(1));
+        assertTrue(noResult.getMessage().contains("rank=1 has no result") && noResult.getMessage().contains("fix:"),
+                noResult.getMessage());
+        assertThrows(IllegalArgumentException.class, () -> outcomes.failure(4));
+        // what runOnEveryRank throws: the first dead rank's failure
+        SymmemException e = assertThrows(SymmemException.class, outcomes::orThrow);
+        assertTrue(e.getMessage().startsWith("rank 1 failed") && e.getCause().getMessage().contains("injected"),
+                e.getMessage());
+    }
+
+    @Test
+    void withoutADeadRankTheOutcomesAreEveryResult() {
+        try (InJvmWorld world = InJvmWorld.createShrinking(3, OPTIONS)) {
+            RankOutcomes<Integer> outcomes = InJvmWorld.runOnEveryRankSurviving(world, group -> 10 * group.rank());
+            assertEquals(List.of(0, 10, 20), outcomes.orThrow());
+            assertEquals(List.of(), outcomes.dead());
+            assertEquals(java.util.Map.of(), outcomes.failures());
+        }
     }
 
     @Test
     void aMeshDropsTheDeadRanksSliceAndItsLiveRanksLeaveAndASecondShrinkNamesTheFirstWorldsRanks() {
-        AtomicReferenceArray<String> seen = new AtomicReferenceArray<>(6);
+        RankOutcomes<String> seen;
         try (InJvmWorld world = InJvmWorld.createShrinking(6, OPTIONS)) {
-            assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(world, group -> {
+            seen = InJvmWorld.runOnEveryRankSurviving(world, group -> {
                 try (DeviceMesh mesh = DeviceMesh.of(group, "dp", 3, "tp", 2)) {
                     failingExchange(group, 3); // dp 1 tp 1: its tp peer, world rank 2, leaves with it
                     DeviceMesh.Shrunk s = mesh.shrink("dp");
                     assertEquals(List.of(3), s.dead());
                     assertEquals(List.of(1), s.lostCoordinates());
                     if (s.left()) {
-                        seen.set(group.rank(), "left");
-                        return null;
+                        return "left";
                     }
                     try (DeviceMesh next = s.mesh(); Group nextWorld = next.group()) {
                         assertEquals(2, next.size("dp"));
@@ -90,20 +107,16 @@ class InJvmShrinkTest {
                         Group.Survivors again = nextWorld.shrink();
                         assertEquals(List.of(0), again.dead());
                         try (Group last = again.group()) {
-                            seen.set(group.rank(), next.coordinate("dp") + "/" + next.coordinate("tp") + " tp "
-                                    + tp + " then " + last.rank() + " of " + last.worldSize());
+                            return next.coordinate("dp") + "/" + next.coordinate("tp") + " tp " + tp + " then "
+                                    + last.rank() + " of " + last.worldSize();
                         }
                     }
                 }
-                return null;
-            }));
+            });
         }
-        assertNull(seen.get(0));
-        assertEquals("0/1 tp [0, 1] then 0 of 3", seen.get(1));
-        assertEquals("left", seen.get(2));
-        assertNull(seen.get(3));
-        assertEquals("1/0 tp [4, 5] then 1 of 3", seen.get(4));
-        assertEquals("1/1 tp [4, 5] then 2 of 3", seen.get(5));
+        assertEquals(List.of(0, 3), seen.dead(), "rank 3 died in the first world, rank 0 in the survivors'");
+        assertEquals(java.util.Map.of(1, "0/1 tp [0, 1] then 0 of 3", 2, "left", 4, "1/0 tp [4, 5] then 1 of 3",
+                5, "1/1 tp [4, 5] then 2 of 3"), seen.survivorResults());
     }
 
     @Test

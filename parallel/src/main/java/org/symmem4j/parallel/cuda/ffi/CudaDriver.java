@@ -116,6 +116,9 @@ public final class CudaDriver {
     private final MethodHandle cuDevicePrimaryCtxRetain;
     private final MethodHandle cuDevicePrimaryCtxRelease;
     private final MethodHandle cuCtxSetCurrent;
+    private final MethodHandle cuCtxGetCurrent;
+    private final MethodHandle cuCtxGetDevice;
+    private final MethodHandle cuDevicePrimaryCtxGetState;
     private final MethodHandle cuCtxEnablePeerAccess;
     private final MethodHandle cuMemAlloc;
     private final MethodHandle cuMemFree;
@@ -181,6 +184,10 @@ public final class CudaDriver {
         cuDevicePrimaryCtxRetain = lib.function("cuDevicePrimaryCtxRetain", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
         cuDevicePrimaryCtxRelease = lib.function("cuDevicePrimaryCtxRelease_v2", FunctionDescriptor.of(JAVA_INT, JAVA_INT));
         cuCtxSetCurrent = lib.function("cuCtxSetCurrent", iA);
+        cuCtxGetCurrent = lib.function("cuCtxGetCurrent", iA);
+        cuCtxGetDevice = lib.function("cuCtxGetDevice", iA);
+        cuDevicePrimaryCtxGetState = lib.function("cuDevicePrimaryCtxGetState",
+                FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, ADDRESS));
         cuCtxEnablePeerAccess = lib.function("cuCtxEnablePeerAccess", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
         cuMemAlloc = lib.function("cuMemAlloc_v2", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
         cuMemFree = lib.function("cuMemFree_v2", FunctionDescriptor.of(JAVA_INT, JAVA_LONG));
@@ -409,6 +416,49 @@ public final class CudaDriver {
     public void setCurrent(MemorySegment context) {
         try {
             check("cuCtxSetCurrent", (int) cuCtxSetCurrent.invokeExact(context));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /**
+     * {@return the context current on the calling thread ({@link MemorySegment#NULL} when none)}
+     */
+    public MemorySegment currentContext() {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment ctx = a.allocate(ADDRESS);
+            check("cuCtxGetCurrent", (int) cuCtxGetCurrent.invokeExact(ctx));
+            return ctx.get(ADDRESS, 0);
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /**
+     * {@return the CUdevice handle of the context current on the calling thread (one must be current)}
+     */
+    public int currentDevice() {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment d = a.allocate(JAVA_INT);
+            check("cuCtxGetDevice", (int) cuCtxGetDevice.invokeExact(d));
+            return d.get(JAVA_INT, 0);
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /**
+     * Whether the device's primary context exists now (some retain holds it; the last release destroys it).
+     *
+     * @param device a CUdevice handle
+     * @return cuDevicePrimaryCtxGetState's {@code active}
+     */
+    public boolean primaryContextActive(int device) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment flags = a.allocate(JAVA_INT);
+            MemorySegment active = a.allocate(JAVA_INT);
+            check("cuDevicePrimaryCtxGetState", (int) cuDevicePrimaryCtxGetState.invokeExact(device, flags, active));
+            return active.get(JAVA_INT, 0) != 0;
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }
