@@ -142,7 +142,7 @@ final class PipelineBenchReport {
         md.append("\nStages: per stage, the median step's mean forward + backward in the pipeline (input + weight"
                 + " gradient under ZB-H1), ms, and after the slash the profile's for the same layers (the last stage's"
                 + " forward inside its backward); then each rank's busy time in that step (all its passes), ms, and"
-                + " after the slash the step's window: equal stages should keep their ranks equally busy\n\n");
+                + " after the slash the step's window (equal stages should keep their ranks equally busy):\n\n");
         for (Measured m : measured(o, r)) {
             md.append("- ").append(m.config().label()).append(" (").append(m.median().stages()).append("): ")
                     .append(m.median().stageTimes()).append("; busy per rank ").append(m.median().rankBusy())
