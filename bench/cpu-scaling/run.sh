@@ -64,6 +64,8 @@ bench() {
     date -u; nproc; lscpu 2>/dev/null; free -g; uptime
     grep -m1 "model name" /proc/cpuinfo; grep -m1 "siblings" /proc/cpuinfo; grep -m1 "cpu cores" /proc/cpuinfo
     command -v mpirun mpicc; mpirun --version 2>/dev/null | head -2
+    echo "# CPU topology (CpuTopology's input; symmem4j.affinity=physical-cores takes one thread per core first)"
+    grep . /sys/devices/system/cpu/cpu*/topology/{core_id,physical_package_id,thread_siblings_list}
   } > "$out/machine.txt" 2>&1
   java=("$home/jre/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector
         --sun-misc-unsafe-memory-access=allow -Dorg.bytedeco.javacpp.cachedir="$home/javacpp" -Xmx24g

@@ -201,7 +201,7 @@ public final class PipelineBench {
      */
     record Run(double examplesPerSecond, double medianBubble, double simulatedBubble, double medianStepMillis,
                String stages, TimelineBreakdown breakdown, double computeOverProfile, double medianSendMicros,
-               double medianPassMicros, String stageTimes, String rankBusy) {
+               double medianPassMicros, String stageTimes, String rankBusy, String placement) {
     }
 
     /**
@@ -214,7 +214,8 @@ public final class PipelineBench {
      * {@code predicted_balanced}: the profile's bubble for the split balanced by time alone, the rule before the
      * simulated search; {@code stage_ms}: per stage, measured forward + backward ms of the median step, "/" the
      * profile's, separated by ";"; {@code rank_busy_ms}: per rank, the median step's busy time (all its forward and
-     * backward passes) in ms, separated by ";", then "/" the step's window).
+     * backward passes) in ms, separated by ";", then "/" the step's window; {@code placement}: where the rank threads ran
+     * over the timed steps, {@link ThreadPlacement#summary()}).
      * Bubbles and parts are fractions of the step (0..1); empty where a column does not apply.
      */
     static final List<String> CSV_COLUMNS = List.of("kind", "rep", "config", "ranks", "schedule", "stages_per_rank",
@@ -222,7 +223,7 @@ public final class PipelineBench {
             "median_bubble_fraction", "ideal_bubble_fraction", "simulated_bubble_fraction", "predicted_bubble_fraction",
             "median_step_ms", "receive_fraction", "send_fraction", "optimizer_fraction", "between_fraction",
             "before_fraction", "after_fraction", "compute_over_profile", "predicted_balanced_bubble_fraction", "stage_ms",
-            "rank_busy_ms");
+            "rank_busy_ms", "placement");
 
     /** Everything one run measured, by configuration and rank count, for the report. */
     record Results(List<Config> configs, List<List<Run>> runs, Map<Integer, List<Double>> single,
@@ -275,7 +276,7 @@ public final class PipelineBench {
                 log("rep %d/%d single model (batch %d): %.0f examples/s", rep, o.reps(), batch, rate);
                 if (raw != null) {
                     raw.row("single", rep, "single model", p, "", "", "", "", batch, o.threads(), "",
-                            RawCsv.num("%.1f", rate), "", "", "", "", "", "", "", "", "", "", "", "", "", "", "");
+                            RawCsv.num("%.1f", rate), "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "");
                 }
                 if (o.boundSeconds() > 0) {
                     IndependentReplicas.Result bound = IndependentReplicas.measure(p, i -> model.clone(), microbatchBatches,
@@ -286,7 +287,7 @@ public final class PipelineBench {
                     if (raw != null) {
                         raw.row("bound", rep, p + " independent models", p, "", "", "", 1, o.batchPerMicrobatch(),
                                 o.threads(), "", RawCsv.num("%.1f", bound.examplesPerSecond()), "", "", "", "", "", "", "",
-                                "", "", "", "", "", "", "", "");
+                                "", "", "", "", "", "", "", "", "");
                     }
                 }
             }
@@ -294,7 +295,7 @@ public final class PipelineBench {
             results.singleMicrobatch().add(small);
             if (raw != null) {
                 raw.row("single-microbatch", rep, "single model, one microbatch", "", "", "", "", 1, o.batchPerMicrobatch(),
-                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "", "", "", "", "", "", "", "", "", "", "");
+                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "");
             }
             log("rep %d/%d single model (batch %d, one microbatch): %.0f examples/s", rep, o.reps(), o.batchPerMicrobatch(),
                     small);
@@ -325,12 +326,12 @@ public final class PipelineBench {
                             RawCsv.num("%.4f", b.before()), RawCsv.num("%.4f", b.after()),
                             RawCsv.num("%.4f", run.computeOverProfile()),
                             RawCsv.num("%.4f", predictedBalancedBubble(model, config, microbatches, results.profiles()[c])),
-                            run.stageTimes().replace(", ", ";"), run.rankBusy());
+                            run.stageTimes().replace(", ", ";"), run.rankBusy(), run.placement());
                 }
                 log("rep %d/%d %-48s %8.0f examples/s  bubble %.1f%% (simulated %.1f%%; %s)  %s  stage ms %s  busy ms"
-                        + " per rank %s", rep, o.reps(), config.label(), run.examplesPerSecond(), 100 * run.medianBubble(),
-                        100 * run.simulatedBubble(), run.breakdown().idleText(), run.stages(), run.stageTimes(),
-                        run.rankBusy());
+                        + " per rank %s%n    rank threads: %s", rep, o.reps(), config.label(), run.examplesPerSecond(),
+                        100 * run.medianBubble(), 100 * run.simulatedBubble(), run.breakdown().idleText(), run.stages(),
+                        run.stageTimes(), run.rankBusy(), run.placement());
             }
             // after every repetition: a run cut short by its time limit still leaves a report
             write(o, PipelineBenchReport.render(o, model, results, rep));
@@ -394,12 +395,14 @@ public final class PipelineBench {
             }
             timing[0] = true;
             long examples = 0;
+            ThreadPlacement placement = new ThreadPlacement("symmem4j-pipeline-");
             long start = System.nanoTime();
             for (int s = o.warmup(); s < batches.size(); s++) {
                 trainer.fit(batches.get(s));
                 examples += batches.get(s).numExamples();
             }
             double rate = examples / ((System.nanoTime() - start) / 1e9);
+            placement.close();
             List<TimelineReport> reports = timed.stream().map(PipelineStepReport::timelineReport)
                     .sorted((a, b) -> Long.compare(a.windowNanos(), b.windowNanos())).toList();
             TimelineReport median = reports.get(reports.size() / 2);
@@ -421,7 +424,8 @@ public final class PipelineBench {
             return new Run(rate, bubbles[bubbles.length / 2], simulated.bubbleFraction(), median.windowNanos() / 1e6,
                     stages(trainer.split()), TimelineBreakdown.of(median), overProfile,
                     medianMicros(median, kind -> kind == TimelineEvent.Kind.SEND),
-                    medianMicros(median, TimelineEvent.Kind::isCompute), stageTimes, rankBusy(median));
+                    medianMicros(median, TimelineEvent.Kind::isCompute), stageTimes, rankBusy(median),
+                    placement.summary());
         }
     }
 

@@ -142,11 +142,15 @@ final class PipelineBenchReport {
         md.append("\nStages: per stage, the median step's mean forward + backward in the pipeline (input + weight"
                 + " gradient under ZB-H1), ms, and after the slash the profile's for the same layers (the last stage's"
                 + " forward inside its backward); then each rank's busy time in that step (all its passes), ms, and"
-                + " after the slash the step's window (equal stages should keep their ranks equally busy):\n\n");
+                + " after the slash the step's window (equal stages should keep their ranks equally busy); last, where the rank"
+                + " threads ran over the timed steps, sampled from /proc every 5 ms (`ThreadPlacement`: the CPUs each busy"
+                + " rank thread was seen on and its moves between them, and how often two sat on one CPU or on two"
+                + " hardware threads of one core):\n\n");
         for (Measured m : measured(o, r)) {
             md.append("- ").append(m.config().label()).append(" (").append(m.median().stages()).append("): ")
                     .append(m.median().stageTimes()).append("; busy per rank ").append(m.median().rankBusy())
-                    .append(busySpread(m.median().rankBusy())).append('\n');
+                    .append(busySpread(m.median().rankBusy())).append("; rank threads: ")
+                    .append(m.median().placement()).append('\n');
         }
         md.append("\nProfiles (per layer, one microbatch, forward/backward ms; the last layer's forward runs inside its"
                 + " backward):\n\n");
