@@ -4,6 +4,8 @@ import java.util.BitSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Optional;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -24,6 +26,8 @@ public final class RankAffinity {
 
     private static final Logger LOG = LoggerFactory.getLogger(RankAffinity.class);
     private static final AtomicBoolean WARNED_UNSUPPORTED = new AtomicBoolean();
+    /** The plans logged so far: each once per JVM. */
+    private static final Set<String> LOGGED = ConcurrentHashMap.newKeySet();
 
     /** The settings' modes. */
     public enum Mode {
@@ -94,8 +98,12 @@ public final class RankAffinity {
                 return OFF;
             }
         }
-        return plan(mode, cpus, ranks, mode == Mode.PHYSICAL_CORES && cpus == null ? CpuTopology.system() : null,
-                mode == Mode.OFF ? new BitSet() : CpuAffinity.allowedCpus());
+        RankAffinity plan = plan(mode, cpus, ranks, mode == Mode.PHYSICAL_CORES && cpus == null ? CpuTopology.system()
+                : null, mode == Mode.OFF ? new BitSet() : CpuAffinity.allowedCpus());
+        if (LOGGED.add(plan.description)) {
+            LOG.info("symmem4j.affinity=" + plan.description);
+        }
+        return plan;
     }
 
     /**
