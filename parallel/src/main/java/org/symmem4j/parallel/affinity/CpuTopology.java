@@ -41,6 +41,7 @@ public final class CpuTopology {
      * @param siblings  the hardware threads of its core, itself included ({@code thread_siblings_list})
      */
     public record Cpu(int id, int packageId, int coreId, List<Integer> siblings) {
+        /** Copies {@code siblings}. */
         public Cpu {
             siblings = List.copyOf(siblings);
         }

@@ -34,6 +34,7 @@ class ProcessAffinityTest {
                 "affinity-child");
         try (ProcessGroup g = ProcessGroup.join(config, GroupOptions.defaults().withTimeout(Duration.ofSeconds(20)),
                 StoreSecret.of(SECRET))) {
+            System.out.println("JOINED rank " + g.rank());
             try (Stream<Path> tasks = Files.list(Path.of("/proc/self/task"))) {
                 for (Path task : tasks.toList()) {
                     try {
