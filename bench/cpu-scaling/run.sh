@@ -64,6 +64,8 @@ bench() {
     date -u; nproc; lscpu 2>/dev/null; free -g; uptime
     grep -m1 "model name" /proc/cpuinfo; grep -m1 "siblings" /proc/cpuinfo; grep -m1 "cpu cores" /proc/cpuinfo
     command -v mpirun mpicc; mpirun --version 2>/dev/null | head -2
+    echo "# CPU topology (CpuTopology's input; symmem4j.affinity=physical-cores takes one thread per core first)"
+    grep . /sys/devices/system/cpu/cpu*/topology/{core_id,physical_package_id,thread_siblings_list}
   } > "$out/machine.txt" 2>&1
   java=("$home/jre/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector
         --sun-misc-unsafe-memory-access=allow -Dorg.bytedeco.javacpp.cachedir="$home/javacpp" -Xmx24g
@@ -172,14 +174,23 @@ serving_memory() {
 # it cost a third, stage 0 was 18 % (4 ranks) or 35 % (8 ranks) lighter than the others, and no split of whole layers
 # could be even (PIPELINE_FEATURES=64 repeats those runs). $1: the schedules besides 1F1B; $2: the report's name. Then
 # the executor alone with synthetic passes (pipeline step only). Each step < 5 minutes.
+# PIPELINE_AFFINITY=cores|physical-cores (issue #35) pins each rank thread, and each thread of the bound, to a CPU of its
+# own (-Dsymmem4j.affinity; PIPELINE_AFFINITY_CPUS=LIST names the CPUs, -Dsymmem4j.affinity.cpus); the reports are then
+# named with the mode ($OUT/pipeline-physical-cores.md, zb-h1-physical-cores.md), so that a run without it and one with
+# it on the same warm machine keep both. The report's "busy per rank" shows whether equal stages kept their ranks equally
+# busy.
 pipeline_bound() {
-  local machine
+  local machine name aff=()
   machine="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM"
-  OMP_NUM_THREADS=1 timeout "$3" "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineBench --ranks 4,8 \
+  name="$2${PIPELINE_AFFINITY:+-$PIPELINE_AFFINITY}"
+  [ -n "${PIPELINE_AFFINITY:-}" ] && aff+=("-Dsymmem4j.affinity=$PIPELINE_AFFINITY")
+  [ -n "${PIPELINE_AFFINITY_CPUS:-}" ] && aff+=("-Dsymmem4j.affinity.cpus=$PIPELINE_AFFINITY_CPUS")
+  OMP_NUM_THREADS=1 timeout "$3" "${java[@]}" "${aff[@]}" org.symmem4j.benchmarks.dl4j.PipelineBench --ranks 4,8 \
     --microbatches-per-rank 2 --features "${PIPELINE_FEATURES:-512}" --layers 16 --schedules "1f1b,$1" --splits time \
     --steps 10 --warmup 3 --single-steps 4 \
-    --bound-seconds 1.5 --reps 2 --out "$out/$2.md" --raw "$out/$2.csv" --commit "${COMMIT:-unknown}" \
-    --machine "$machine" --command "bench/cpu-scaling/run.sh bench $2" >> "$log" 2>&1
+    --bound-seconds 1.5 --reps 2 --out "$out/$name.md" --raw "$out/$name.csv" --commit "${COMMIT:-unknown}" \
+    --machine "$machine" --command "${PIPELINE_AFFINITY:+PIPELINE_AFFINITY=$PIPELINE_AFFINITY }bench/cpu-scaling/run.sh bench $2" \
+    >> "$log" 2>&1
 }
 
 pipeline() {

@@ -10,6 +10,7 @@ import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.affinity.RankAffinity;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.sync.BackoffIdleStrategy;
 
@@ -93,6 +94,10 @@ final class DataParallelWorkers {
                 FullySharded.check(model); // before any worker starts: what stage 3 cannot drive
             }
             logStateEntries(stateEntries);
+            // symmem4j.affinity in thread mode: checked before any worker starts; each pins its thread before it joins
+            // (in group mode the process group pinned this whole process)
+            RankAffinity affinity = settings.group() == null ? RankAffinity.fromConfiguration(settings.workers())
+                    : RankAffinity.OFF;
             if (settings.group() == null) {
                 world = threadWorld(settings.workers(), settings.timeout());
             }
@@ -121,6 +126,9 @@ final class DataParallelWorkers {
                         settings, metrics, shardSource, stateEntries, progress));
             }
             workers = started;
+            for (int w = 0; w < started.size(); w++) {
+                started.get(w).pinTo(affinity, w);
+            }
             RankRuntime.startAll(workers, settings.timeout(), "data-parallel workers", this::stop);
             LOG.info("symmem4j data parallelism: " + settings.workers() + " workers"
                     + (settings.group() == null ? "" : " (rank " + settings.group().rank() + " of the group here, transport "

@@ -60,6 +60,10 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
     static final String SECRET_FILE_ENV = "SYMMEM4J_SECRET_FILE";
     static final String RUN_ID_ENV = "SYMMEM4J_RUN_ID";
     static final String RESTART_GENERATION_ENV = "SYMMEM4J_RESTART_GENERATION";
+    /** {@code symmem4j.affinity}'s variable: each process pins itself to one CPU when it joins its group. */
+    static final String AFFINITY_ENV = "SYMMEM4J_AFFINITY";
+    /** {@code symmem4j.affinity.cpus}'s variable: the CPUs, local rank r on the r-th named. */
+    static final String AFFINITY_CPUS_ENV = "SYMMEM4J_AFFINITY_CPUS";
     /** torchrun's names for the restart count (equal to the generation) and the most restarts. */
     static final String TORCH_RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT";
     static final String TORCH_MAX_RESTARTS_ENV = "TORCHELASTIC_MAX_RESTARTS";
@@ -222,8 +226,9 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
             notes.add(nproc + " processes share " + machine.gpus() + " GPU(s) (" + machine.gpuSource() + "; a process's GPU"
                     + " is LOCAL_RANK mod " + machine.gpus() + "): right for testing, not for speed");
         }
-        List<List<Integer>> slices = spec.cpuBind() == LaunchSpec.CpuBind.AUTO ? slices(machine.allowedCpus(), nproc, notes)
-                : null;
+        boolean pinned = affinity(env, machine, nproc, notes);
+        List<List<Integer>> slices = spec.cpuBind() == LaunchSpec.CpuBind.AUTO && !pinned
+                ? slices(machine.allowedCpus(), nproc, notes) : null;
         boolean bind = slices != null && machine.taskset() != null;
         if (slices != null && machine.taskset() == null) {
             notes.add("taskset is not on the PATH: processes are not bound to their CPU slices (install util-linux),"
@@ -258,6 +263,9 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
             if (slices != null && !ompGiven) {
                 vars.put("OMP_NUM_THREADS", Integer.toString(cpus.size()));
             }
+            if (pinned && !ompGiven) {
+                vars.put("OMP_NUM_THREADS", "1"); // a process pinned to one CPU: one ND4J/OpenMP thread
+            }
             List<String> command = new ArrayList<>();
             if (bind) {
                 command.addAll(List.of(machine.taskset().toString(), "-c", CpuList.format(cpus)));
@@ -270,6 +278,49 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
             ranks.add(new RankLaunch(rank, local, command, vars, bind ? cpus : List.of()));
         }
         return new LaunchPlan(world, nproc, runId, generation, port, ranks, notes);
+    }
+
+    /**
+     * Whether the environment asks the processes to pin themselves ({@code SYMMEM4J_AFFINITY} {@code cores} or
+     * {@code physical-cores}, or {@code SYMMEM4J_AFFINITY_CPUS}): each process, inheriting the variables and this
+     * launcher's CPUs, pins every thread of it to the CPU of its {@code LOCAL_RANK} when it joins its group (the
+     * library's {@code RankAffinity}), so the launcher's own slices are not used. Checked here, before any process
+     * starts, as far as the launcher can without the library: the mode's value, a CPU list naming only CPUs this
+     * launcher may use, a CPU per process.
+     *
+     * @throws IllegalArgumentException naming the variable, what was found and the fix
+     */
+    static boolean affinity(Map<String, String> env, Machine machine, int nproc, List<String> notes) {
+        String mode = isSet(env, AFFINITY_ENV) ? env.get(AFFINITY_ENV).strip() : null;
+        String list = isSet(env, AFFINITY_CPUS_ENV) ? env.get(AFFINITY_CPUS_ENV).strip() : null;
+        if (mode != null && !List.of("off", "cores", "physical-cores").contains(mode)) {
+            throw new IllegalArgumentException(AFFINITY_ENV + "=" + mode + " expected=off, cores or physical-cores (fix:"
+                    + " correct the value, or unset it)");
+        }
+        if ("off".equals(mode) || (mode == null && list == null)) {
+            return false;
+        }
+        List<Integer> cpus = machine.allowedCpus();
+        if (list != null) {
+            cpus = CpuList.parse(list);
+            for (int cpu : cpus) {
+                if (!machine.allowedCpus().contains(cpu)) {
+                    throw new IllegalArgumentException(AFFINITY_CPUS_ENV + "=" + list + " names cpu=" + cpu + ", which"
+                            + " this launcher and its processes may not use: allowed=" + CpuList.format(machine.allowedCpus())
+                            + " (fix: name CPUs of " + CpuList.format(machine.allowedCpus()) + ", or start the launcher with"
+                            + " cpu " + cpu + " allowed)");
+                }
+            }
+        }
+        if (cpus.size() < nproc) {
+            throw new IllegalArgumentException(nproc + " processes to pin but " + cpus.size() + " CPU(s) in "
+                    + (list != null ? AFFINITY_CPUS_ENV + "=" + list : "the allowed CPUs " + CpuList.format(cpus))
+                    + "; expected a CPU per process (fix: start at most " + cpus.size() + " processes, name more CPUs,"
+                    + " or unset " + AFFINITY_ENV + ")");
+        }
+        notes.add((mode == null ? AFFINITY_CPUS_ENV + "=" + list : AFFINITY_ENV + "=" + mode) + ": each process pins"
+                + " itself to one CPU when it joins its group, instead of --cpu-bind's slices");
+        return true;
     }
 
     /** Generation g's run id: generation 0's, with {@code -g<g>} appended (the base cut so that it fits 128 characters). */

@@ -147,6 +147,35 @@ class LaunchPlanTest {
     }
 
     @Test
+    void affinityLeavesThePinningToEachProcessAndRefusesCpusTheLauncherMayNotUseBeforeStarting() {
+        assertEquals(Configuration.AFFINITY.env(), LaunchPlan.AFFINITY_ENV);
+        assertEquals(Configuration.AFFINITY_CPUS.env(), LaunchPlan.AFFINITY_CPUS_ENV);
+        LaunchPlan plan = LaunchPlan.of(oneMachine("2", "app"), EIGHT_CPUS_TWO_GPUS,
+                Map.of("SYMMEM4J_AFFINITY", "physical-cores"), "/jdk/bin/java", SECRET, "r");
+        for (LaunchPlan.RankLaunch r : plan.ranks()) {
+            assertEquals(List.of("app"), r.command(), "no taskset slice: the process pins itself when it joins");
+            assertEquals("1", r.env().get("OMP_NUM_THREADS"));
+        }
+        assertTrue(plan.notes().stream().anyMatch(n -> n.contains("pins itself to one CPU")), plan.notes().toString());
+        LaunchPlan listed = LaunchPlan.of(oneMachine("2", "app"), EIGHT_CPUS_TWO_GPUS,
+                Map.of("SYMMEM4J_AFFINITY_CPUS", "6,2"), "/jdk/bin/java", SECRET, "r");
+        assertEquals(List.of("app"), listed.ranks().getFirst().command());
+        LaunchPlan off = LaunchPlan.of(oneMachine("2", "app"), EIGHT_CPUS_TWO_GPUS,
+                Map.of("SYMMEM4J_AFFINITY", "off"), "/jdk/bin/java", SECRET, "r");
+        assertEquals("/usr/bin/taskset", off.ranks().getFirst().command().getFirst());
+        IllegalArgumentException outside = assertThrows(IllegalArgumentException.class, () -> LaunchPlan.of(
+                oneMachine("2", "app"), EIGHT_CPUS_TWO_GPUS, Map.of("SYMMEM4J_AFFINITY_CPUS", "0,9"), "j", SECRET, "r"));
+        assertTrue(outside.getMessage().contains("names cpu=9") && outside.getMessage().contains("fix: name CPUs of 0-7"),
+                outside.getMessage());
+        IllegalArgumentException few = assertThrows(IllegalArgumentException.class, () -> LaunchPlan.of(
+                oneMachine("2", "app"), EIGHT_CPUS_TWO_GPUS, Map.of("SYMMEM4J_AFFINITY_CPUS", "4"), "j", SECRET, "r"));
+        assertTrue(few.getMessage().contains("2 processes to pin but 1 CPU(s)"), few.getMessage());
+        IllegalArgumentException mode = assertThrows(IllegalArgumentException.class, () -> LaunchPlan.of(
+                oneMachine("2", "app"), EIGHT_CPUS_TWO_GPUS, Map.of("SYMMEM4J_AFFINITY", "smt"), "j", SECRET, "r"));
+        assertTrue(mode.getMessage().contains("expected=off, cores or physical-cores"), mode.getMessage());
+    }
+
+    @Test
     void withoutTasksetNothingIsBoundButThreadsAreSized() {
         Machine noTaskset = new Machine(List.of(0, 1, 2, 3), 0, "test", null);
         LaunchPlan plan = LaunchPlan.of(oneMachine("2", "app"), noTaskset, Map.of(), "/jdk/bin/java", SECRET, "r");

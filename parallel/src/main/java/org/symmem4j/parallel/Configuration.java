@@ -153,6 +153,32 @@ public final class Configuration {
                     + " count as one machine")
             .build(null, "unset", value -> positive(Integer.parseInt(value.strip())));
 
+    // ---------------------------------------------------------------- CPU affinity
+
+    /** {@code symmem4j.affinity}: whether and how rank threads and worker processes are pinned, one CPU each. */
+    public static final Setting<String> AFFINITY = Setting.property("symmem4j.affinity")
+            .type("choice")
+            .accepts("`off`, `cores`, `physical-cores`")
+            .describedAs("pins rank r to one CPU of its own (`RankAffinity`, Linux `sched_setaffinity` through FFM): the"
+                    + " rank threads of the in-JVM world and the trainers' thread mode (a rank's thread, before it joins),"
+                    + " and each process of a process group (every thread of it, when the group is joined; rank r is its"
+                    + " `LOCAL_RANK`). `cores` takes the allowed CPUs by number; `physical-cores` takes one hardware"
+                    + " thread of each physical core first (sysfs `thread_siblings_list`, `core_id`,"
+                    + " `physical_package_id`; cores by package), their siblings only when ranks outnumber the cores."
+                    + " More ranks than CPUs, or CPUs the process may not use, fail before anything starts. On a system"
+                    + " without `sched_setaffinity` it logs that and pins nothing")
+            .build("off", "`off` (`cores` when `symmem4j.affinity.cpus` is set)", choice("off", "cores", "physical-cores"));
+
+    /** {@code symmem4j.affinity.cpus}: the CPUs ranks are pinned to, rank r to the r-th named (null: the mode's order). */
+    public static final Setting<List<Integer>> AFFINITY_CPUS = Setting.property("symmem4j.affinity.cpus")
+            .type("CPU list")
+            .accepts("a CPU list such as `0-7,16`: CPU numbers and low-high ranges, comma-separated, each CPU once")
+            .describedAs("overrides the CPUs `symmem4j.affinity` picks: rank r is pinned to the r-th CPU named, in the"
+                    + " order written; every CPU must be one this process may use (`sched_getaffinity`: `taskset`, the"
+                    + " cgroup's cpuset) and the list must name a CPU per rank, else the job fails before anything starts;"
+                    + " set alone it implies `symmem4j.affinity=cores`, with `off` it is an error")
+            .build(null, "unset: the CPUs the mode picks", value -> List.copyOf(CpuList.parse(value)));
+
     // ---------------------------------------------------------------- diagnostics
 
     /** {@code symmem4j.flight.recorder.entries}: collectives each communicator's flight recorder keeps (0: off). */
@@ -665,7 +691,13 @@ public final class Configuration {
             return isSet(Source.SYSTEM);
         }
 
-        boolean isSet(Source source) {
+        /**
+         * Whether {@code source} sets a value (by the property, an alias or the environment variable).
+         *
+         * @param source where to read
+         * @return true when set and not blank
+         */
+        public boolean isSet(Source source) {
             if (property != null) {
                 if (!isBlank(source.properties.apply(property))) {
                     return true;

@@ -9,6 +9,7 @@ import java.util.function.IntFunction;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import org.symmem4j.parallel.affinity.RankAffinity;
 
 /**
  * The machine's own bound for N workers: N models trained at once on N platform threads with no
@@ -42,6 +43,8 @@ final class IndependentReplicas {
     static Result measure(int n, IntFunction<MultiLayerNetwork> build, List<DataSet> batches, int threads,
                           double warmupSeconds, double seconds) throws Exception {
         Nd4jThreadLimit.set(threads);
+        // symmem4j.affinity pins these threads as it pins rank threads: the bound then runs where the ranks run
+        RankAffinity affinity = RankAffinity.fromConfiguration(n);
         List<MultiLayerNetwork> nets = new ArrayList<>();
         for (int i = 0; i < n; i++) {
             nets.add(build.apply(i));
@@ -56,6 +59,7 @@ final class IndependentReplicas {
             int id = i;
             workers.add(Thread.ofPlatform().name("independent-" + i).start(() -> {
                 try {
+                    affinity.pinCurrentThread(id);
                     MultiLayerNetwork net = nets.get(id);
                     List<DataSet> mine = new ArrayList<>(batches);
                     Collections.rotate(mine, id);

@@ -59,8 +59,10 @@ import picocli.CommandLine.Option;
  * at least 0.8); the median step's measured bubble next to the ideal (target: within 5 points), the
  * simulator's bubble for that step's measured per-stage times (and measured weight-gradient shares
  * under ZB-H1), the profile's prediction, the bubble split by what the ranks did
- * ({@code TimelineBreakdown}) and the stages' compute in the pipeline over the same passes profiled
- * alone. Progress goes to stderr, the markdown report to {@code --out} (or stdout) after every
+ * ({@code TimelineBreakdown}), the stages' compute in the pipeline over the same passes profiled
+ * alone, and each rank's busy time in the median step. With {@code -Dsymmem4j.affinity=physical-cores} (or
+ * {@code cores}, or a list in {@code symmem4j.affinity.cpus}) every rank thread, and every thread of the bound, runs on
+ * a CPU of its own ({@code RankAffinity}); the report names the pinning. Progress goes to stderr, the markdown report to {@code --out} (or stdout) after every
  * repetition, and with {@code --raw} one CSV row per measured run, written as it ends.
  *
  * <pre>
@@ -199,7 +201,7 @@ public final class PipelineBench {
      */
     record Run(double examplesPerSecond, double medianBubble, double simulatedBubble, double medianStepMillis,
                String stages, TimelineBreakdown breakdown, double computeOverProfile, double medianSendMicros,
-               double medianPassMicros, String stageTimes) {
+               double medianPassMicros, String stageTimes, String rankBusy, String placement) {
     }
 
     /**
@@ -211,14 +213,17 @@ public final class PipelineBench {
      * measured times; the idle parts of the median step's window as {@link TimelineBreakdown} splits them;
      * {@code predicted_balanced}: the profile's bubble for the split balanced by time alone, the rule before the
      * simulated search; {@code stage_ms}: per stage, measured forward + backward ms of the median step, "/" the
-     * profile's, separated by ";").
+     * profile's, separated by ";"; {@code rank_busy_ms}: per rank, the median step's busy time (all its forward and
+     * backward passes) in ms, separated by ";", then "/" the step's window; {@code placement}: where the rank threads ran
+     * over the timed steps, {@link ThreadPlacement#summary()}).
      * Bubbles and parts are fractions of the step (0..1); empty where a column does not apply.
      */
     static final List<String> CSV_COLUMNS = List.of("kind", "rep", "config", "ranks", "schedule", "stages_per_rank",
             "split", "microbatches", "batch", "nd4j_threads", "stages_layers", "examples_per_s",
             "median_bubble_fraction", "ideal_bubble_fraction", "simulated_bubble_fraction", "predicted_bubble_fraction",
             "median_step_ms", "receive_fraction", "send_fraction", "optimizer_fraction", "between_fraction",
-            "before_fraction", "after_fraction", "compute_over_profile", "predicted_balanced_bubble_fraction", "stage_ms");
+            "before_fraction", "after_fraction", "compute_over_profile", "predicted_balanced_bubble_fraction", "stage_ms",
+            "rank_busy_ms", "placement");
 
     /** Everything one run measured, by configuration and rank count, for the report. */
     record Results(List<Config> configs, List<List<Run>> runs, Map<Integer, List<Double>> single,
@@ -271,7 +276,7 @@ public final class PipelineBench {
                 log("rep %d/%d single model (batch %d): %.0f examples/s", rep, o.reps(), batch, rate);
                 if (raw != null) {
                     raw.row("single", rep, "single model", p, "", "", "", "", batch, o.threads(), "",
-                            RawCsv.num("%.1f", rate), "", "", "", "", "", "", "", "", "", "", "", "", "", "");
+                            RawCsv.num("%.1f", rate), "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "");
                 }
                 if (o.boundSeconds() > 0) {
                     IndependentReplicas.Result bound = IndependentReplicas.measure(p, i -> model.clone(), microbatchBatches,
@@ -282,7 +287,7 @@ public final class PipelineBench {
                     if (raw != null) {
                         raw.row("bound", rep, p + " independent models", p, "", "", "", 1, o.batchPerMicrobatch(),
                                 o.threads(), "", RawCsv.num("%.1f", bound.examplesPerSecond()), "", "", "", "", "", "", "",
-                                "", "", "", "", "", "", "");
+                                "", "", "", "", "", "", "", "", "");
                     }
                 }
             }
@@ -290,7 +295,7 @@ public final class PipelineBench {
             results.singleMicrobatch().add(small);
             if (raw != null) {
                 raw.row("single-microbatch", rep, "single model, one microbatch", "", "", "", "", 1, o.batchPerMicrobatch(),
-                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "", "", "", "", "", "", "", "", "", "");
+                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "");
             }
             log("rep %d/%d single model (batch %d, one microbatch): %.0f examples/s", rep, o.reps(), o.batchPerMicrobatch(),
                     small);
@@ -321,11 +326,12 @@ public final class PipelineBench {
                             RawCsv.num("%.4f", b.before()), RawCsv.num("%.4f", b.after()),
                             RawCsv.num("%.4f", run.computeOverProfile()),
                             RawCsv.num("%.4f", predictedBalancedBubble(model, config, microbatches, results.profiles()[c])),
-                            run.stageTimes().replace(", ", ";"));
+                            run.stageTimes().replace(", ", ";"), run.rankBusy(), run.placement());
                 }
-                log("rep %d/%d %-48s %8.0f examples/s  bubble %.1f%% (simulated %.1f%%; %s)  %s  stage ms %s", rep,
-                        o.reps(), config.label(), run.examplesPerSecond(), 100 * run.medianBubble(),
-                        100 * run.simulatedBubble(), run.breakdown().idleText(), run.stages(), run.stageTimes());
+                log("rep %d/%d %-48s %8.0f examples/s  bubble %.1f%% (simulated %.1f%%; %s)  %s  stage ms %s  busy ms"
+                        + " per rank %s%n    rank threads: %s", rep, o.reps(), config.label(), run.examplesPerSecond(),
+                        100 * run.medianBubble(), 100 * run.simulatedBubble(), run.breakdown().idleText(), run.stages(),
+                        run.stageTimes(), run.rankBusy(), run.placement());
             }
             // after every repetition: a run cut short by its time limit still leaves a report
             write(o, PipelineBenchReport.render(o, model, results, rep));
@@ -389,12 +395,14 @@ public final class PipelineBench {
             }
             timing[0] = true;
             long examples = 0;
+            ThreadPlacement placement = new ThreadPlacement("symmem4j-pipeline-");
             long start = System.nanoTime();
             for (int s = o.warmup(); s < batches.size(); s++) {
                 trainer.fit(batches.get(s));
                 examples += batches.get(s).numExamples();
             }
             double rate = examples / ((System.nanoTime() - start) / 1e9);
+            placement.close();
             List<TimelineReport> reports = timed.stream().map(PipelineStepReport::timelineReport)
                     .sorted((a, b) -> Long.compare(a.windowNanos(), b.windowNanos())).toList();
             TimelineReport median = reports.get(reports.size() / 2);
@@ -416,7 +424,8 @@ public final class PipelineBench {
             return new Run(rate, bubbles[bubbles.length / 2], simulated.bubbleFraction(), median.windowNanos() / 1e6,
                     stages(trainer.split()), TimelineBreakdown.of(median), overProfile,
                     medianMicros(median, kind -> kind == TimelineEvent.Kind.SEND),
-                    medianMicros(median, TimelineEvent.Kind::isCompute), stageTimes);
+                    medianMicros(median, TimelineEvent.Kind::isCompute), stageTimes, rankBusy(median),
+                    placement.summary());
         }
     }
 
@@ -433,6 +442,19 @@ public final class PipelineBench {
             }
         }
         return s.toString();
+    }
+
+    /**
+     * Per rank, its busy time in the step (every forward and backward pass it ran), ms, separated by ";", then "/" and
+     * the step's window: ranks with equal stages should be busy equally long; one busier than its profile says ran slower
+     * (a core shared or lost meanwhile).
+     */
+    static String rankBusy(TimelineReport step) {
+        StringBuilder s = new StringBuilder();
+        for (int rank = 0; rank < step.rankCount(); rank++) {
+            s.append(rank == 0 ? "" : ";").append(String.format(Locale.ROOT, "%.1f", step.computeNanos(rank) / 1e6));
+        }
+        return s.append(String.format(Locale.ROOT, "/%.1f", step.windowNanos() / 1e6)).toString();
     }
 
     /** The median duration of the step's events whose kind passes {@code test}, in microseconds; NaN without any. */

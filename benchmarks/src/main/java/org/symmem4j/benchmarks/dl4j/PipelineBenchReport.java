@@ -11,6 +11,7 @@ import org.symmem4j.benchmarks.dl4j.PipelineBench.Config;
 import org.symmem4j.benchmarks.dl4j.PipelineBench.Options;
 import org.symmem4j.benchmarks.dl4j.PipelineBench.Results;
 import org.symmem4j.benchmarks.dl4j.PipelineBench.Run;
+import org.symmem4j.parallel.affinity.RankAffinity;
 import org.symmem4j.pipeline.exec.TimelineBreakdown;
 
 /**
@@ -31,6 +32,8 @@ final class PipelineBenchReport {
         md.append("- JDK: ").append(System.getProperty("java.vm.name")).append(' ').append(Runtime.version())
                 .append("; DL4J/ND4J 1.0.0-M2.1 (nd4j-native)\n");
         md.append("- commit: ").append(o.commit()).append('\n');
+        md.append("- CPU affinity of the rank threads and of the bound's threads (`symmem4j.affinity`): ")
+                .append(affinity(o)).append('\n');
         md.append("- command: `").append(o.command()).append("`\n");
         if (o.raw() != null) {
             md.append("- raw data, one CSV row per measured run: `").append(o.raw().getFileName()).append("`\n");
@@ -138,10 +141,16 @@ final class PipelineBenchReport {
         }
         md.append("\nStages: per stage, the median step's mean forward + backward in the pipeline (input + weight"
                 + " gradient under ZB-H1), ms, and after the slash the profile's for the same layers (the last stage's"
-                + " forward inside its backward):\n\n");
+                + " forward inside its backward); then each rank's busy time in that step (all its passes), ms, and"
+                + " after the slash the step's window (equal stages should keep their ranks equally busy); last, where the rank"
+                + " threads ran over the timed steps, sampled from /proc every 5 ms (`ThreadPlacement`: the CPUs each busy"
+                + " rank thread was seen on and its moves between them, and how often two sat on one CPU or on two"
+                + " hardware threads of one core):\n\n");
         for (Measured m : measured(o, r)) {
             md.append("- ").append(m.config().label()).append(" (").append(m.median().stages()).append("): ")
-                    .append(m.median().stageTimes()).append('\n');
+                    .append(m.median().stageTimes()).append("; busy per rank ").append(m.median().rankBusy())
+                    .append(busySpread(m.median().rankBusy())).append("; rank threads: ")
+                    .append(m.median().placement()).append('\n');
         }
         md.append("\nProfiles (per layer, one microbatch, forward/backward ms; the last layer's forward runs inside its"
                 + " backward):\n\n");
@@ -196,6 +205,36 @@ final class PipelineBenchReport {
         double min = runs.stream().mapToDouble(value).min().orElse(Double.NaN) * scale;
         double max = runs.stream().mapToDouble(value).max().orElse(Double.NaN) * scale;
         return String.format(Locale.ROOT, format + "–" + format, min, max);
+    }
+
+    /** The settings' pinning for each rank count of the run, or why none. */
+    static String affinity(Options o) {
+        try {
+            StringBuilder s = new StringBuilder();
+            for (int p : o.ranks()) {
+                RankAffinity a = RankAffinity.fromConfiguration(p);
+                if (!a.enabled()) {
+                    return "off (threads float over the cores, as the kernel places them)";
+                }
+                s.append(s.isEmpty() ? "" : "; ").append(p).append(" ranks ").append(a);
+            }
+            return s.toString();
+        } catch (RuntimeException e) {
+            return "not applied: " + e.getMessage();
+        }
+    }
+
+    /** " (max/min 1.23)" for a {@link PipelineBench#rankBusy} text, empty when it cannot be read. */
+    static String busySpread(String rankBusy) {
+        String[] parts = rankBusy.split("/")[0].split(";");
+        double max = 0;
+        double min = Double.MAX_VALUE;
+        for (String part : parts) {
+            double v = Double.parseDouble(part);
+            max = Math.max(max, v);
+            min = Math.min(min, v);
+        }
+        return min > 0 ? String.format(Locale.ROOT, " (max/min %.2f)", max / min) : "";
     }
 
     private static String percent(double fraction) {

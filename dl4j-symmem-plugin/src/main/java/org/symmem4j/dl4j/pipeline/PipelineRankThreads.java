@@ -8,6 +8,7 @@ import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.affinity.RankAffinity;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.pipeline.exec.StepTimeline;
 
@@ -36,10 +37,14 @@ final class PipelineRankThreads {
      * @throws SymmemException when a rank failed to open (the others are stopped)
      */
     static PipelineRankThreads start(List<PipelineRank.Spec> specs, int ranksPerReplica, Duration timeout) {
+        // symmem4j.affinity: checked before the world exists; each rank thread pins itself before it joins
+        RankAffinity affinity = RankAffinity.fromConfiguration(specs.size());
         InJvmWorld world = InJvmWorld.create(specs.size(), GroupOptions.defaults().withTimeout(timeout));
         List<PipelineRankWorker> workers = new ArrayList<>(specs.size());
         for (int rank = 0; rank < specs.size(); rank++) {
-            workers.add(new PipelineRankWorker(rank, world, specs.get(rank)));
+            PipelineRankWorker worker = new PipelineRankWorker(rank, world, specs.get(rank));
+            worker.pinTo(affinity, rank);
+            workers.add(worker);
         }
         PipelineRankThreads threads = new PipelineRankThreads(world, List.copyOf(workers), ranksPerReplica);
         RankRuntime.startAll(threads.workers, timeout, "pipeline ranks", threads::stop);

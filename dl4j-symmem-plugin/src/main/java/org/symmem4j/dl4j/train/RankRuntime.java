@@ -10,6 +10,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.Predicate;
 import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.affinity.RankAffinity;
 
 /**
  * One rank of a trainer run by a thread of its own: a named daemon thread that opens the rank, completes
@@ -37,6 +38,9 @@ public abstract class RankRuntime<T> {
     private final BlockingQueue<T> tasks = new LinkedBlockingQueue<>();
     private final CompletableFuture<Void> ready = new CompletableFuture<>();
     private final Thread thread;
+    /** Set before {@link #start()} (the thread's start publishes it): the pinning and this rank's index in it. */
+    private RankAffinity affinity = RankAffinity.OFF;
+    private int affinityIndex;
 
     /**
      * @param threadName   the thread's name
@@ -47,6 +51,18 @@ public abstract class RankRuntime<T> {
         this.shutdown = shutdown;
         this.afterFailure = afterFailure;
         this.thread = Thread.ofPlatform().daemon().name(threadName).unstarted(this::run);
+    }
+
+    /**
+     * Before {@link #start()}: the thread pins itself to rank {@code index}'s CPU of {@code affinity} before it opens
+     * the rank (thread mode; a rank of a process group is pinned with its whole process).
+     *
+     * @param affinity the pinning of this machine's ranks, made before any rank starts
+     * @param index    this rank's index in it
+     */
+    public final void pinTo(RankAffinity affinity, int index) {
+        this.affinity = affinity;
+        this.affinityIndex = index;
     }
 
     /** Starts the rank's thread, which opens the rank. */
@@ -89,6 +105,7 @@ public abstract class RankRuntime<T> {
 
     private void run() {
         try {
+            affinity.pinCurrentThread(affinityIndex);
             open();
             ready.complete(null);
         } catch (Throwable t) {

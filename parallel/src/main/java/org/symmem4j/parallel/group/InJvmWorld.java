@@ -22,6 +22,7 @@ import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.affinity.RankAffinity;
 import org.symmem4j.parallel.host.InJvmTransport;
 import org.symmem4j.parallel.rendezvous.InMemoryStore;
 
@@ -240,6 +241,12 @@ public final class InJvmWorld implements AutoCloseable {
      *                         for the ranks, or when a rank was still running four timeouts (plus 30 s) after
      *                         the start (a wait that ignores the timeout)
      */
+    /** Pins the calling rank thread as {@code affinity} says and returns {@code rank}: the thread fails before it joins. */
+    private static int rankPinned(RankAffinity affinity, int rank) {
+        affinity.pinCurrentThread(rank);
+        return rank;
+    }
+
     public static <T> List<T> runOnEveryRank(InJvmWorld world, RankTask<T> task) {
         return runOnEveryRankSurviving(world, task).orThrow();
     }
@@ -262,10 +269,12 @@ public final class InJvmWorld implements AutoCloseable {
         List<T> results = new ArrayList<>(java.util.Collections.nCopies(n, null));
         Throwable[] failures = new Throwable[n];
         Thread[] threads = new Thread[n];
+        // symmem4j.affinity: checked before any rank starts; each rank pins its own thread before it joins
+        RankAffinity affinity = RankAffinity.fromConfiguration(n);
         for (int r = 0; r < n; r++) {
             final int rank = r;
             threads[r] = Thread.ofPlatform().name("symmem4j-rank-" + r).unstarted(() -> {
-                try (Group g = world.join(rank)) {
+                try (Group g = world.join(rankPinned(affinity, rank))) {
                     results.set(rank, task.run(g));
                 } catch (Throwable t) {
                     failures[rank] = t;

@@ -20,6 +20,7 @@ import org.symmem4j.parallel.RendezvousStore;
 import org.symmem4j.parallel.StoreTimeoutException;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.affinity.RankAffinity;
 import org.symmem4j.parallel.host.PeerProcesses;
 import org.symmem4j.parallel.host.SharedMemoryTransport;
 import org.symmem4j.parallel.rendezvous.InMemoryStore;
@@ -104,6 +105,8 @@ public final class ProcessGroup implements Group {
     private ProcessGroup(ProcessGroupConfig config, GroupOptions options, StoreSecret secret, Transport deviceTransport,
                          Lineage lineage) {
         Configuration.validate(); // a bad -Dsymmem4j.* value fails here, not inside a collective
+        // symmem4j.affinity: this process is local rank r of its machine's ranks; checked and pinned before it joins
+        RankAffinity.fromConfiguration(config.localWorldSize()).pinProcess(config.localRank());
         this.lineage = lineage;
         this.config = config;
         this.options = options;
