@@ -178,10 +178,10 @@ public final class TensorParallelReslice {
                     splitDims.add(whole);
                 }
                 if (whole % size != 0) {
-                    notDivisible.add(p.name() + " (" + kind + ") splits " + dimension(p.to(), axis) + "=" + whole
+                    notDivisible.add(p.name() + " (" + kind + ") splits " + dimension(axis) + "=" + whole
                             + ", not divisible by " + size);
                 } else if (mine.size(along) * size != whole) {
-                    problems.add(p.name() + " " + param + " splits " + dimension(p.to(), axis) + "=" + whole + " in the"
+                    problems.add(p.name() + " " + param + " splits " + dimension(axis) + "=" + whole + " in the"
                             + " checkpoint, " + mine.size(along) * size + " here (" + mine.size(along) + " per rank of "
                             + size + ")");
                 }
@@ -229,7 +229,7 @@ public final class TensorParallelReslice {
     }
 
     /** What a split axis is, for messages: a column-parallel or vocabulary output's nOut, else nIn. */
-    private static String dimension(Layer layer, int axis) {
+    private static String dimension(int axis) {
         return axis == 1 ? "nOut" : "nIn";
     }
 
