@@ -294,6 +294,39 @@ class TensorParallelResumeTest {
                 && e.getMessage().contains("degrees that work: [1, 2, 4, 8, 16]"), e.getMessage());
     }
 
+    /**
+     * {@link TensorParallelReslice} alone: shards of degree 2 of a network trained 3 Adam steps, re-sliced for degree 4
+     * and 1, are bit for bit {@link TensorParallel#shard} of the network for that degree (parameters, both Adam
+     * moments, counters); a network of another width is refused naming the layer and both widths, nothing written.
+     */
+    @Test
+    void reslicedShardsAreTheShardsOfTheWholeNetworkBitwise() {
+        MultiLayerNetwork whole = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        for (DataSet batch : TensorParallelTest.batches(DataType.DOUBLE, 3, 8)) {
+            whole.fit(batch);
+        }
+        List<MultiLayerNetwork> two = List.of(TensorParallel.shard(whole, 0, 2, 0, 2), TensorParallel.shard(whole, 1, 2, 0, 2));
+        for (int size : new int[] {4, 1}) {
+            for (int r = 0; r < size; r++) {
+                MultiLayerNetwork expected = TensorParallel.shard(whole, r, size, 0, 2);
+                MultiLayerNetwork target = TensorParallel.shard(TensorParallelTest.unsharded(DataType.DOUBLE, 0), r, size,
+                        0, 2);
+                TensorParallelReslice.reslice(two, target, r, size);
+                assertArrayEquals(expected.params().toDoubleVector(), target.params().toDoubleVector(), size + "/" + r);
+                assertArrayEquals(expected.getUpdater().getStateViewArray().toDoubleVector(),
+                        target.getUpdater().getStateViewArray().toDoubleVector(), size + "/" + r + " Adam state");
+                assertEquals(3, target.getIterationCount());
+            }
+        }
+        MultiLayerNetwork wider = TensorParallel.shard(blocks(24), 0, 4, 0, 2);
+        double[] before = wider.params().dup().toDoubleVector();
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> TensorParallelReslice.reslice(two, wider, 0, 4));
+        assertTrue(e.getMessage().startsWith("tensor-parallel degree 2's checkpoint does not fit this rank's shard of"
+                + " degree 4: layer 0 W splits nOut=16 in the checkpoint, 24 here (6 per rank of 4)"), e.getMessage());
+        assertArrayEquals(before, wider.params().toDoubleVector(), "nothing written");
+    }
+
     /** Every file under {@code root}, with its size and last change, in path order. */
     private static List<String> tree(Path root) throws IOException {
         try (Stream<Path> s = Files.walk(root)) {
