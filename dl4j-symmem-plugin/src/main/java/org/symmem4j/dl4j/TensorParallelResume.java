@@ -25,9 +25,9 @@ import org.symmem4j.dl4j.train.CheckpointLayout;
  * ZeRO stages 1 and 2 cut into this wrapper's dp shards ({@link ShardedCheckpoints#cutFromModel}). Every file is
  * verified against its manifest and everything checked (equal counters in every shard, layers, divisibility) before
  * anything is written, and every rank of the trainer agrees on the outcome first ({@link CheckpointLayout#agree}).
+ * With ZeRO stage 3 each worker takes its blocks of the re-sliced shard ({@link FullyShardedCheckpoints#copyFromModel}).
  *
- * <p>Not re-sliced: ZeRO stage 3 (its checkpoints hold no {@code model.zip}, and its wrapper reads parameter shards),
- * refused with the fix.
+ * <p>Not re-sliced: a ZeRO stage 3 checkpoint (it holds no {@code model.zip}), refused with the fix.
  */
 final class TensorParallelResume {
 
@@ -48,7 +48,7 @@ final class TensorParallelResume {
         CheckpointDirectory.Counters counters = null;
         Exception failure = null;
         try {
-            counters = verify(dirs, settings);
+            counters = verify(dirs);
             resliced = reslice(dirs, layout, model);
         } catch (IOException | IllegalArgumentException e) {
             failure = e;
@@ -57,6 +57,10 @@ final class TensorParallelResume {
         layout.agree("checkpoint restore", failure, settings.group());
         if (settings.sharding() == null) {
             model.copyStateFrom(resliced); // the workers take it at the next fit
+        } else if (settings.sharding() == ZeroStage.PARAMETERS) {
+            // each worker its blocks of the re-sliced shard, as from a consolidated checkpoint's model.zip
+            FullyShardedCheckpoints.copyFromModel(dirs.getFirst(), resliced, workers.all(), WrapperCheckpoints.WORDS);
+            workers.pullModelFromReplicas();
         } else {
             ShardedCheckpoints.cutFromModel(dirs.getFirst(), resliced, workers.shards(), WrapperCheckpoints.WORDS,
                     counters);
@@ -72,15 +76,7 @@ final class TensorParallelResume {
     }
 
     /** Every rank's directory complete and of the same step, each its own rank's shard; the counters. */
-    private static CheckpointDirectory.Counters verify(List<Path> dirs, DataParallelSettings settings)
-            throws IOException {
-        if (settings.sharding() == ZeroStage.PARAMETERS) {
-            throw new IllegalArgumentException("checkpoint " + dirs.getFirst() + " is tensor-parallel degree "
-                    + dirs.size() + "'s; this wrapper's sharding(PARAMETERS) (ZeRO stage 3) does not re-slice another"
-                    + " tensor-parallel degree's checkpoint: expected this run's degree, or a wrapper without sharding or"
-                    + " with OPTIMIZER_STATE or GRADIENTS (fix: resume on degree " + dirs.size() + ", or resume once with"
-                    + " sharding(OPTIMIZER_STATE) on the new degree, checkpoint, and go on with PARAMETERS from there)");
-        }
+    private static CheckpointDirectory.Counters verify(List<Path> dirs) throws IOException {
         CheckpointDirectory.Counters first = null;
         for (int r = 0; r < dirs.size(); r++) {
             Path dir = dirs.get(r);

@@ -43,7 +43,7 @@ import org.symmem4j.parallel.group.InJvmWorld;
 /**
  * A tensor-parallel checkpoint of a {@code dp x tp = A x T} run resumed on {@code B x U} (issue 32): every rank
  * re-slices the T shards' weights, biases and updater state (Adam's moments) along each tensor-parallel layer's split
- * axis onto its own shard of degree U, and the dp shards (ZeRO 1/2) are cut from that as from a model-only checkpoint.
+ * axis onto its own shard of degree U, and the dp shards (ZeRO 1-3) are cut from that as from a model-only checkpoint.
  * Training on equals, bitwise, the uninterrupted run at the new degree started from the consolidated parameters and
  * updater state of that step ({@link TensorParallel#gather} of the old degree's shards, {@link TensorParallel#shard}
  * for the new): for a network of two column/row blocks, one with both vocabulary ends split, a graph's block, and a
@@ -177,19 +177,21 @@ class TensorParallelResumeTest {
         });
     }
 
-    @ParameterizedTest(name = "{0} {1}x{2} -> {3}x{4} sharding={5}")
+    @ParameterizedTest(name = "{0} {1}x{2} -> {3}x{4} sharding={5} then {6}")
     @CsvSource({
-        "BLOCKS, 1, 2, 2, 1, NONE",
-        "BLOCKS, 2, 2, 1, 4, OPTIMIZER_STATE",
-        "BLOCKS, 1, 4, 2, 2, GRADIENTS",
-        "VOCABULARY, 2, 2, 1, 4, NONE",
-        "VOCABULARY, 1, 4, 2, 1, OPTIMIZER_STATE",
-        "GRAPH, 1, 2, 2, 1, OPTIMIZER_STATE",
-        "GRAPH, 2, 2, 1, 4, NONE",
-        "VOCABULARY_GRAPH, 1, 4, 2, 2, NONE"})
+        "BLOCKS, 1, 2, 2, 1, NONE, NONE",
+        "BLOCKS, 2, 2, 1, 4, OPTIMIZER_STATE, OPTIMIZER_STATE",
+        "BLOCKS, 1, 4, 2, 2, GRADIENTS, GRADIENTS",
+        "BLOCKS, 1, 4, 2, 2, OPTIMIZER_STATE, PARAMETERS",
+        "VOCABULARY, 2, 2, 1, 4, NONE, NONE",
+        "VOCABULARY, 1, 4, 2, 1, OPTIMIZER_STATE, OPTIMIZER_STATE",
+        "GRAPH, 1, 2, 2, 1, OPTIMIZER_STATE, OPTIMIZER_STATE",
+        "GRAPH, 2, 2, 1, 4, NONE, NONE",
+        "VOCABULARY_GRAPH, 1, 4, 2, 2, NONE, NONE"})
     void resumedOnAnotherTensorParallelDegreeEqualsTheRunAtThatDegreeFromTheConsolidatedStep(
-            Kind kind, int a, int t, int b, int u, String stage) throws IOException {
+            Kind kind, int a, int t, int b, int u, String stage, String then) throws IOException {
         ZeroStage sharding = stage.equals("NONE") ? null : ZeroStage.valueOf(stage);
+        ZeroStage resumedSharding = then.equals("NONE") ? null : ZeroStage.valueOf(then);
         Path root = tmp.resolve("root");
         Model initial = kind.unsharded.get();
         // the reference: A x T on the batches the checkpoint had trained, consolidated, sharded for U, B x U on the rest
@@ -200,7 +202,7 @@ class TensorParallelResumeTest {
                     setEpochs(mine, 1); // as the checkpoint taken in the middle of the second epoch has it
                 });
         Model consolidated = first.getFirst().gathered();
-        List<Result> expected = mesh(kind, b, u, r -> kind.shard(consolidated, r, u), x -> shard(x, sharding), false,
+        List<Result> expected = mesh(kind, b, u, r -> kind.shard(consolidated, r, u), x -> shard(x, resumedSharding), false,
                 (w, mine) -> w.fit(new BatchListIterator(kind.data.subList(4, BATCHES))));
         // the run: A x T killed after its checkpoint, resumed from the root on B x U (parameters shifted: only a
         // restore makes them the checkpoint's)
@@ -210,7 +212,7 @@ class TensorParallelResumeTest {
             Model mine = kind.shard(initial, r, u);
             mine.params().addi(0.25);
             return mine;
-        }, x -> shard(x, sharding).checkpointEvery(1, root).resumeFrom(root), false, (w, mine) -> {
+        }, x -> shard(x, resumedSharding).checkpointEvery(1, root).resumeFrom(root), false, (w, mine) -> {
             assertEquals(new CheckpointDirectory.Counters(step, 1, (int) step, 4, 4 * 8, a), w.resumedFrom().counters(),
                     "the checkpoint of " + a + " x " + t);
             for (int e = epochs(mine); e < 2; e++) {
@@ -235,6 +237,39 @@ class TensorParallelResumeTest {
         for (int r = 0; r < u; r++) {
             assertTrue(dirs.contains("tp-" + r + "-of-" + u), dirs.toString());
         }
+    }
+
+    /**
+     * A ZeRO stage 3 checkpoint holds no {@code model.zip} to re-slice: on another degree it is refused on every rank,
+     * with the fix, before anything is read into a model or written under the root.
+     */
+    @Test
+    void aStage3CheckpointIsRefusedOnAnotherDegreeWithTheFix() throws IOException {
+        Path root = tmp.resolve("stage3");
+        killed(Kind.BLOCKS, 2, 2, root, ZeroStage.PARAMETERS);
+        List<String> before = tree(root);
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        List<String> refusals = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
+                group -> {
+                    try (DeviceMesh m = DeviceMesh.of(group, "dp", 1, "tp", 4);
+                         Communicator c = Communicator.create(m.group("tp"))) {
+                        MultiLayerNetwork mine = TensorParallel.shard(initial, m.group("tp").rank(), 4, 0, 2);
+                        mine.params().addi(0.25);
+                        TensorParallel.attach(mine, c);
+                        double[] params = mine.params().dup().toDoubleVector();
+                        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                                () -> SymmemParallelWrapper.builder(mine).group(m.group("dp")).ompThreadsPerWorker(1)
+                                        .resumeFrom(root).build());
+                        assertArrayEquals(params, mine.params().toDoubleVector(), "nothing read into the model");
+                        return e.getMessage();
+                    }
+                });
+        for (String message : refusals) {
+            assertEquals(refusals.getFirst(), message, "every rank the same refusal");
+            assertTrue(message.contains("has no model.zip (a ZeRO stage 3 checkpoint holds only parameter and state"
+                    + " shards)") && message.contains("fix: resume on degree 2"), message);
+        }
+        assertEquals(before, tree(root), "nothing written under the root");
     }
 
     /** Two blocks as {@link TensorParallelTest#unsharded}, {@code width} wide: 12 -> width -> 12 -> width -> 10 -> 4. */
