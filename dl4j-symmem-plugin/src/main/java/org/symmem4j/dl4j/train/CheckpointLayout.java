@@ -406,10 +406,11 @@ public final class CheckpointLayout {
      * @param root      the run's checkpoint root
      * @param group     the trainer's (data-parallel) group, or null in thread mode
      * @param tagPrefix makes the exchange's key unique to the trainer
-     * @return this rank's directory of that step, with its counters; empty when no step is complete on every rank
+     * @return this rank's directory of that step (of another degree's step, that degree's rank 0's directory: a restore
+     *         re-slices it, {@link #otherDegreeDirs}), with its counters; empty when no step is complete on every rank
      * @throws IOException              when a directory cannot be listed (and there is no group to agree over)
-     * @throws IllegalArgumentException when the root was written with another tensor-parallel degree, or by a plain run
-     *                                  for a tensor-parallel one (or the reverse); on every rank when one found it
+     * @throws IllegalArgumentException when the root was written by a plain run for a tensor-parallel one (or the
+     *                                  reverse); on every rank when one found it
      * @throws IllegalStateException    when ranks found different newest steps, or one failed to read its directory
      */
     public Optional<CheckpointDirectory.Checkpoint> latestComplete(Path root, Group group, String tagPrefix)
@@ -804,9 +805,9 @@ public final class CheckpointLayout {
     }
 
     /**
-     * Refuses a checkpoint root this run may neither write into nor resume from: for a tensor-parallel rank one with
-     * another degree's {@code tp-R-of-S} directories or a plain run's {@code step-<n>}; for a plain run one with
-     * tensor-parallel ranks' directories. An absent root passes.
+     * Refuses a checkpoint root this run may neither write into nor resume from: for a tensor-parallel rank one with a
+     * plain run's {@code step-<n>} (another degree's {@code tp-R-of-S} directories are re-sliced); for a plain run one
+     * with tensor-parallel ranks' directories. An absent root passes.
      *
      * @param root the run's checkpoint root
      * @throws IOException              when it cannot be listed
