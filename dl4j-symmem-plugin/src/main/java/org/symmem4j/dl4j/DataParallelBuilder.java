@@ -557,8 +557,9 @@ abstract sealed class DataParallelBuilder
 
     /**
      * Periodic checkpoints and resumes: a tensor-parallel network's go to its rank's own {@code tp-R-of-S} directory
-     * ({@link CheckpointLayout}), so it must be attached (its rank known); a root written with another tensor-parallel
-     * degree, or by a plain run for a tensor-parallel one (and the reverse), is refused before anything is written.
+     * ({@link CheckpointLayout}), so it must be attached (its rank known); a root written by a plain run for a
+     * tensor-parallel one (and the reverse) is refused before anything is written (another tensor-parallel degree's is
+     * re-sliced at the resume).
      */
     private void checkCheckpointRoots() {
         java.nio.file.Path written = options().checkpointSchedule() == null ? null : options().checkpointSchedule().root();

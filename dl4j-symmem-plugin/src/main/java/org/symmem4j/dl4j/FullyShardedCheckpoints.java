@@ -95,23 +95,7 @@ final class FullyShardedCheckpoints {
                                                 ShardedCheckpoints.Agreement agreement) throws IOException {
         if (!hasParameterShards(dir) && Files.isRegularFile(dir.resolve(ShardCheckpoint.MODEL_FILE))) {
             ShardedCheckpoints.Restored restored = ShardedCheckpoints.restoreModel(dir, model.model(), words, agreement);
-            ModelReplica saved = ModelReplica.of(restored.model());
-            long stateCount = workers.getFirst().sharded().layout().stateCount();
-            INDArray full = saved.updaterState();
-            if (workers.getFirst().sharded().state() != null && (full == null || full.length() != stateCount)) {
-                throw new IllegalArgumentException(dir.resolve(ShardCheckpoint.MODEL_FILE) + " holds "
-                        + (full == null ? "no" : full.length()) + " updater-state elements; this " + words.trainer()
-                        + "'s model " + stateCount + " (fix: restore a model saved with its updater state, of the network"
-                        + " configuration this " + words.trainer() + " was built on)");
-            }
-            for (DataParallelWorker w : workers) {
-                w.fullySharded().copyOwnBlocksFrom(saved.params());
-                if (w.sharded().state() != null) {
-                    w.sharded().importState(full);
-                }
-                w.replica().setIterationCount(saved.iterationCount());
-                w.replica().setEpochCount(saved.epochCount());
-            }
+            copyFromModel(dir, ModelReplica.of(restored.model()), workers, words);
             return restored.counters();
         }
         // read into arrays of the rank's own size; the shards take them once every rank has checked everything
@@ -123,6 +107,44 @@ final class FullyShardedCheckpoints {
             states.add(stateShard(rank, w, state == null ? null : Nd4j.create(state.dataType(), state.length())));
             params.add(paramShard(rank, w, blocksArray(w)));
         }
+        return restoreShards(dir, workers, model, words, agreement, states, params);
+    }
+
+    /**
+     * Each worker takes its blocks of {@code saved}'s parameters and updater state (a consolidated checkpoint's
+     * {@code model.zip}, or a tensor-parallel shard re-sliced from another degree's checkpoint) and its counters. Not
+     * collective: the caller agreed with the other ranks before.
+     *
+     * @param dir   the checkpoint, for messages
+     * @param saved the whole model (this rank's network), with its updater state
+     * @throws IllegalArgumentException when its updater state is not this wrapper's size
+     */
+    static void copyFromModel(Path dir, ModelReplica saved, List<DataParallelWorker> workers,
+                              ShardedCheckpoints.Words words) {
+        long stateCount = workers.getFirst().sharded().layout().stateCount();
+        INDArray full = saved.updaterState();
+        if (workers.getFirst().sharded().state() != null && (full == null || full.length() != stateCount)) {
+            throw new IllegalArgumentException(dir.resolve(ShardCheckpoint.MODEL_FILE) + " holds "
+                    + (full == null ? "no" : full.length()) + " updater-state elements; this " + words.trainer()
+                    + "'s model " + stateCount + " (fix: restore a model saved with its updater state, of the network"
+                    + " configuration this " + words.trainer() + " was built on)");
+        }
+        for (DataParallelWorker w : workers) {
+            w.fullySharded().copyOwnBlocksFrom(saved.params());
+            if (w.sharded().state() != null) {
+                w.sharded().importState(full);
+            }
+            w.replica().setIterationCount(saved.iterationCount());
+            w.replica().setEpochCount(saved.epochCount());
+        }
+    }
+
+    /** {@link #restore} of a stage-3 checkpoint's shards into {@code states} and {@code params}, then the workers'. */
+    private static CheckpointDirectory.Counters restoreShards(Path dir, List<DataParallelWorker> workers,
+                                                              ModelReplica model, ShardedCheckpoints.Words words,
+                                                              ShardedCheckpoints.Agreement agreement,
+                                                              List<ShardedCheckpoints.Shard> states,
+                                                              List<ShardedCheckpoints.Shard> params) throws IOException {
         UpdaterLayout layout = workers.getFirst().sharded().layout();
         ShardedCheckpoints.Reads reads = new ShardedCheckpoints.Reads(Set.of(STAGE),
                 "ZeRO stage-3 shards (PARAMETERS: parameter and updater-state shards)",

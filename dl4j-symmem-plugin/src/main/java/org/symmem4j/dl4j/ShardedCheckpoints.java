@@ -801,7 +801,25 @@ public final class ShardedCheckpoints {
      */
     private static Restored readFromModel(Path dir, List<Shard> shards, ModelReplica model, Words words,
                                           CheckpointDirectory.Counters counters) throws IOException {
-        ModelReplica saved = readModel(dir, model, words, true);
+        return cutFromModel(dir, readModel(dir, model, words, true), shards, words, counters);
+    }
+
+    /**
+     * A model's full updater state cut into {@code shards} (ZeRO stages 1 and 2): what a model-only checkpoint's
+     * restore does with its {@code model.zip}, for a model the caller made (a tensor-parallel shard re-sliced from
+     * another degree's checkpoint). Not collective: the caller agrees with the other ranks before and after.
+     *
+     * @param dir      the checkpoint, for messages
+     * @param saved    the model whose state the shards take, with its updater state
+     * @param shards   the shards of the ranks this process runs
+     * @param words    the trainer's words in the refusals
+     * @param counters the checkpoint's counters
+     * @return the saved model and the counters
+     * @throws IOException              when a copy fails
+     * @throws IllegalArgumentException when the state's size is not the shards'
+     */
+    static Restored cutFromModel(Path dir, ModelReplica saved, List<Shard> shards, Words words,
+                                 CheckpointDirectory.Counters counters) throws IOException {
         INDArray full = saved.updaterState();
         long stateCount = shards.isEmpty() ? 0 : shards.getFirst().stateCount();
         long found = full == null ? 0 : full.length();

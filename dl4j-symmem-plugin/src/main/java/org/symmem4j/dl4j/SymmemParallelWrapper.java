@@ -729,9 +729,15 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         requireOpen();
         workers.ensureStarted();
         CheckpointLayout layout = CheckpointLayout.of(model.model());
-        // every rank (each tp rank of each replica) refuses if one's shard does not fit, before any reads
-        dir = layout.checkedRestoreDir(dir, settings.group());
-        CheckpointDirectory.Counters c = WrapperCheckpoints.restore(dir, settings, workers, model);
+        List<Path> otherDegree = layout.otherDegreeDirs(dir, settings.group()); // agreed: another tp degree's shards
+        CheckpointDirectory.Counters c;
+        if (!otherDegree.isEmpty()) {
+            c = TensorParallelResume.restore(otherDegree, layout, settings, workers, model); // re-sliced onto this one
+        } else {
+            // every rank (each tp rank of each replica) refuses if one's shard does not fit, before any reads
+            dir = layout.checkedRestoreDir(dir, settings.group());
+            c = WrapperCheckpoints.restore(dir, settings, workers, model);
+        }
         if (c != null) {
             steps.resumeAt(c.step());
             batchesToSkip = c.batchesInEpoch();

@@ -35,7 +35,7 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * and at the end writes {@code out/rank-<world rank>.bin}: its shard's parameters and updater state as raw IEEE bits,
  * its iteration and epoch counts, which the test compares bitwise with an uninterrupted run's.
  *
- * <pre>TensorParallelRestartingTraining checkpointDir outDir everyK epochs dp tp [fault ...]</pre>
+ * <pre>TensorParallelRestartingTraining checkpointDir outDir everyK epochs dp|auto tp|auto [fault ...]</pre>
  */
 public final class TensorParallelRestartingTraining {
 
@@ -55,8 +55,9 @@ public final class TensorParallelRestartingTraining {
         Path out = Path.of(args[1]);
         int every = Integer.parseInt(args[2]);
         int epochs = Integer.parseInt(args[3]);
-        int dp = Integer.parseInt(args[4]);
-        int tp = Integer.parseInt(args[5]);
+        boolean auto = args[5].equals("auto"); // the mesh from the world size: the launcher may change it on a restart
+        int fixedDp = auto ? 0 : Integer.parseInt(args[4]);
+        int fixedTp = auto ? 0 : Integer.parseInt(args[5]);
         List<RestartingTraining.Fault> faults = new ArrayList<>();
         for (int i = 6; i < args.length; i++) {
             faults.add(RestartingTraining.Fault.parse(args[i]));
@@ -66,6 +67,8 @@ public final class TensorParallelRestartingTraining {
         System.out.printf(Locale.ROOT, "START rank %d generation %d pid %d at %d ms%n", envRank, generation,
                 ProcessHandle.current().pid(), System.currentTimeMillis());
         try (ProcessGroup world = ProcessGroup.fromEnvironment(GroupOptions.defaults().withTimeout(TIMEOUT))) {
+            int tp = auto ? degreeFor(world.worldSize()) : fixedTp;
+            int dp = auto ? world.worldSize() / tp : fixedDp;
             byte[] result = train(world, dp, tp, checkpoints, every, epochs, faults, generation);
             Path file = out.resolve("rank-" + world.rank() + ".bin");
             Files.createDirectories(out);
@@ -76,6 +79,23 @@ public final class TensorParallelRestartingTraining {
     }
 
     /**
+     * The tensor-parallel degree of a world of {@code ranks} ({@code dp tp} given as {@code auto auto}): the largest
+     * divisor of {@code ranks} that divides the MLP's hidden width 16 (its split dimension), so 2 ranks run
+     * {@code 1 x 2}, 3 run {@code 3 x 1}, 4 run {@code 1 x 4}; a resume on another degree re-slices the shards.
+     */
+    static int degreeFor(int ranks) {
+        for (int tp = ranks; tp > 1; tp--) {
+            if (ranks % tp == 0 && HIDDEN % tp == 0) {
+                return tp;
+            }
+        }
+        return 1;
+    }
+
+    /** The MLP's hidden width, which its column-parallel layer splits. */
+    static final int HIDDEN = 16;
+
+    /**
      * One rank's training on {@code world}'s ranks (processes, or threads of one JVM for a reference run), as described
      * above.
      *
@@ -84,7 +104,7 @@ public final class TensorParallelRestartingTraining {
     static byte[] train(Group world, int dp, int tp, Path checkpoints, int every, int epochs,
                         List<RestartingTraining.Fault> faults, int generation) throws IOException {
         List<DataSet> data = batches();
-        MultiLayerNetwork unsharded = DataParallelExample.mlp(64, 16, 10);
+        MultiLayerNetwork unsharded = DataParallelExample.mlp(64, HIDDEN, 10);
         try (DeviceMesh mesh = DeviceMesh.of(world, "dp", dp, "tp", tp)) {
             Group tpGroup = mesh.group("tp");
             int rank = world.rank();

@@ -166,8 +166,9 @@ public final class TensorParallel {
             DenseLayer column = (DenseLayer) confs.get(c).getLayer();
             if (column.getNOut() % size != 0) {
                 throw new IllegalArgumentException("layer " + c + " has nOut=" + column.getNOut() + ", not divisible by the"
-                        + " tensor-parallel size " + size + " (its outputs are split evenly; fix: choose a"
-                        + " width that is)");
+                        + " tensor-parallel size " + size + " (its outputs are split evenly; degrees that work: "
+                        + TensorParallelReslice.degreesThatWork(List.of(column.getNOut())) + "; fix: choose one of those"
+                        + " degrees, or a width that is divisible)");
             }
             blocks.add(c);
         }
@@ -310,8 +311,9 @@ public final class TensorParallel {
             }
             if (columnLayer.getNOut() % size != 0) {
                 throw new IllegalArgumentException("vertex '" + column + "' has nOut=" + columnLayer.getNOut() + ", not divisible"
-                        + " by the tensor-parallel size " + size + " (its outputs are split evenly; fix: choose"
-                        + " a width that is)");
+                        + " by the tensor-parallel size " + size + " (its outputs are split evenly; degrees that work: "
+                        + TensorParallelReslice.degreesThatWork(List.of(columnLayer.getNOut())) + "; fix: choose one of"
+                        + " those degrees, or a width that is divisible)");
             }
             blocks.add(new String[] {column, row});
         }

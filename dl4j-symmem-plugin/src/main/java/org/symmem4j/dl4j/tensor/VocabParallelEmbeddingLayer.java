@@ -36,9 +36,9 @@ public class VocabParallelEmbeddingLayer extends EmbeddingLayer {
     static VocabParallelEmbeddingLayer shardOf(EmbeddingLayer embedding, int size) {
         if (embedding.getNIn() % size != 0) {
             throw new IllegalArgumentException("embedding layer has nIn=" + embedding.getNIn() + " (its vocabulary), not"
-                    + " divisible by the tensor-parallel size " + size + " (its rows are split evenly; fix: pad"
-                    + " the vocabulary to"
-                    + " a multiple)");
+                    + " divisible by the tensor-parallel size " + size + " (its rows are split evenly; degrees that"
+                    + " work: " + TensorParallelReslice.degreesThatWork(java.util.List.of(embedding.getNIn())) + "; fix:"
+                    + " choose one of those degrees, or pad the vocabulary to a multiple)");
         }
         VocabParallelEmbeddingLayer shard = ShardedLayerConfig.copySettings(EmbeddingLayer.class, embedding,
                 new VocabParallelEmbeddingLayer());

@@ -50,8 +50,9 @@ public class VocabParallelOutputLayer extends OutputLayer {
         }
         if (output.getNOut() % size != 0) {
             throw new IllegalArgumentException("output layer has nOut=" + output.getNOut() + ", not divisible by the"
-                    + " tensor-parallel size " + size + " (its vocabulary is split evenly; fix: pad the"
-                    + " vocabulary to a multiple)");
+                    + " tensor-parallel size " + size + " (its vocabulary is split evenly; degrees that work: "
+                    + TensorParallelReslice.degreesThatWork(java.util.List.of(output.getNOut())) + "; fix: choose one of"
+                    + " those degrees, or pad the vocabulary to a multiple)");
         }
         VocabParallelOutputLayer shard = ShardedLayerConfig.copySettings(OutputLayer.class, output, new VocabParallelOutputLayer());
         shard.setNOut(output.getNOut() / size);

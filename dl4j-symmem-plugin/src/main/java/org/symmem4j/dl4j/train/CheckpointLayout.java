@@ -37,8 +37,11 @@ import org.symmem4j.parallel.Group;
  * degree) among the files the manifest lists. A step is loadable only when it is complete under every rank's
  * directory: {@link #latestComplete} picks the newest such step, so a step torn on one rank is skipped by all (above,
  * step 20), and {@link #prune} keeps, in each rank's directory, the newest step complete on every rank until a newer
- * one is. A root written with another degree, or by a plain run, is refused, as is a checkpoint directory of another
- * rank's shard ({@link #checkShard}), before anything is loaded. Every rank of the trainer, every tp rank of every
+ * one is. A root may hold several degrees' directories (a run resumed on another degree writes its own beside the old
+ * ones): {@link #latestComplete} takes the newest step complete on every rank of any degree, and a step of another
+ * degree is found with its siblings by {@link #otherDegreeDirs}, for the trainer to re-slice onto this one. A root
+ * written by a plain run is refused, as is a checkpoint directory of another rank's shard of this degree
+ * ({@link #checkShard}), before anything is loaded. Every rank of the trainer, every tp rank of every
  * data-parallel replica, {@linkplain #agree agrees} on these checks' outcome, and on the step to load, before any of
  * them reads or writes: a mismatch one rank sees is refused by all.
  */
@@ -192,11 +195,126 @@ public final class CheckpointLayout {
             refuseTensorParallelRoot(dir);
             return dir;
         }
-        if (tpDirs(dir).isEmpty()) {
+        List<String> tp = tpDirs(dir);
+        if (tp.isEmpty()) {
             return dir;
         }
         checkDegree(dir);
+        if (tp.stream().noneMatch(d -> degreeOf(d) == size)) {
+            throw new IllegalArgumentException("checkpoint " + dir + " holds tensor-parallel degree "
+                    + degreeOf(tp.getFirst()) + "'s shards " + tp + ": expected this run's degree " + size + "'s "
+                    + tpDirName(rank, size) + " (fix: restore it with the wrapper's restoreCheckpoint or resumeFrom,"
+                    + " which re-slices another degree's shards onto this one)");
+        }
         return ownRoot(dir);
+    }
+
+    /**
+     * The checkpoint directories of every rank of another tensor-parallel degree that a restore of {@code dir} re-slices
+     * onto this rank ({@code TensorParallelReslice}), in their rank order, or an empty list when {@code dir} is this
+     * degree's (or a plain run's) and restores as it is. {@code dir} is another degree's when it holds only that
+     * degree's {@code tp-R-of-T} directories (a {@code saveCheckpoint} directory; this degree's, when present, wins), or
+     * when its {@value #MARKER} names degree {@code T}: then the other ranks' directories are its siblings
+     * ({@code ../tp-R-of-T/<its name>}, as {@link #latestComplete} finds them, or {@code ../tp-R-of-T}). Agreed by every
+     * rank of the trainer as {@link #checkedRestoreDir} is.
+     *
+     * @param dir     a directory given to {@code restoreCheckpoint}
+     * @param trainer the trainer's (data-parallel) group, or null in thread mode
+     * @return the other degree's directories, rank 0 first; empty when {@code dir} is not another degree's
+     * @throws IOException              when {@code dir} cannot be listed or its marker read, with no group to agree over
+     * @throws IllegalArgumentException when it holds several other degrees and not this one, or another degree's
+     *                                  shard whose siblings are missing; on every rank when one found it
+     */
+    public List<Path> otherDegreeDirs(Path dir, Group trainer) throws IOException {
+        if (size == 0) {
+            return List.of(); // a plain run's every rank: nothing to agree on (checkedRestoreDir refuses a tp root)
+        }
+        List<Path> dirs = List.of();
+        Exception mismatch = null;
+        try {
+            dirs = otherDegreeDirs(dir);
+        } catch (IOException | IllegalArgumentException e) {
+            mismatch = e;
+        }
+        List<String> found = exchange("degree", "checkpoint restore", mismatch, Integer.toString(dirs.size()), trainer,
+                CHECKPOINT);
+        if (found.stream().distinct().count() != 1) {
+            throw new IllegalStateException("ranks found different tensor-parallel degrees in checkpoint " + dir + ": "
+                    + "shards by " + ranksOf(trainer) + "=" + found + " (0: this run's own degree), expected one (fix: put"
+                    + " the checkpoint on a file system every rank shares, then restore again)");
+        }
+        return dirs;
+    }
+
+    private List<Path> otherDegreeDirs(Path dir) throws IOException {
+        List<String> tp = tpDirs(dir);
+        if (!tp.isEmpty()) {
+            if (tp.stream().anyMatch(d -> degreeOf(d) == size)) {
+                return List.of();
+            }
+            List<Integer> degrees = tp.stream().map(CheckpointLayout::degreeOf).distinct().toList();
+            if (degrees.size() > 1) {
+                throw new IllegalArgumentException("checkpoint " + dir + " holds shards of tensor-parallel degrees "
+                        + degrees + " " + tp + " and none of this run's degree " + size + ": expected one degree's"
+                        + " (fix: give restoreCheckpoint one save's directory, or resumeFrom the run's root, which takes"
+                        + " the newest step)");
+            }
+            return siblings(dir, degrees.getFirst(), null, dir);
+        }
+        Properties p = new Properties();
+        try (Reader in = Files.newBufferedReader(dir.resolve(MARKER), StandardCharsets.ISO_8859_1)) {
+            p.load(in);
+        } catch (NoSuchFileException e) {
+            return List.of(); // not a tensor-parallel shard: checkShard refuses it
+        }
+        int degree = Integer.parseInt(p.getProperty("size", "0"));
+        if (degree == size || degree < 1) {
+            return List.of();
+        }
+        Path parent = dir.getParent();
+        String own = "tp-" + p.getProperty("rank") + "-of-" + degree;
+        if (dir.getFileName().toString().equals(own) && parent != null) {
+            return siblings(parent, degree, null, dir); // saveCheckpoint's dir/tp-R-of-T
+        }
+        if (parent != null && parent.getFileName().toString().equals(own) && parent.getParent() != null) {
+            return siblings(parent.getParent(), degree, dir.getFileName().toString(), dir); // root/tp-R-of-T/step-<n>
+        }
+        throw new IllegalArgumentException("checkpoint " + dir + " holds tensor-parallel rank=" + p.getProperty("rank")
+                + " size=" + degree + "'s shard, not this run's degree " + size + ", and is not in a " + own + " directory"
+                + " beside the other ranks' (expected root/tp-R-of-" + degree + "/step-<n> or dir/tp-R-of-" + degree
+                + ", whose shards are re-sliced for degree " + size + "; fix: restore the directory that holds every"
+                + " rank's tp-R-of-" + degree + ", or resumeFrom the run's root)");
+    }
+
+    /** Every rank's directory of degree {@code degree} under {@code parent} (then {@code step} in each), all present. */
+    private static List<Path> siblings(Path parent, int degree, String step, Path given) {
+        List<Path> dirs = new ArrayList<>();
+        List<String> missing = new ArrayList<>();
+        for (int r = 0; r < degree; r++) {
+            Path d = parent.resolve(tpDirName(r, degree));
+            d = step == null ? d : d.resolve(step);
+            if (!Files.isDirectory(d)) {
+                missing.add(parent.relativize(d).toString());
+            }
+            dirs.add(d);
+        }
+        if (!missing.isEmpty()) {
+            throw new IllegalArgumentException("checkpoint " + given + " is tensor-parallel degree " + degree + "'s, whose"
+                    + " shards are re-sliced for this run's degree; missing under " + parent + ": " + missing
+                    + " (expected every rank's shard of that save; fix: restore a complete checkpoint, or resumeFrom the"
+                    + " run's root, which takes the newest step complete on every rank)");
+        }
+        return dirs;
+    }
+
+    /** {@return this rank in the tensor-parallel group (0 when plain)} */
+    public int rank() {
+        return rank;
+    }
+
+    /** {@return the tensor-parallel degree (0 when plain)} */
+    public int size() {
+        return size;
     }
 
     /**
@@ -288,10 +406,11 @@ public final class CheckpointLayout {
      * @param root      the run's checkpoint root
      * @param group     the trainer's (data-parallel) group, or null in thread mode
      * @param tagPrefix makes the exchange's key unique to the trainer
-     * @return this rank's directory of that step, with its counters; empty when no step is complete on every rank
+     * @return this rank's directory of that step (of another degree's step, that degree's rank 0's directory: a restore
+     *         re-slices it, {@link #otherDegreeDirs}), with its counters; empty when no step is complete on every rank
      * @throws IOException              when a directory cannot be listed (and there is no group to agree over)
-     * @throws IllegalArgumentException when the root was written with another tensor-parallel degree, or by a plain run
-     *                                  for a tensor-parallel one (or the reverse); on every rank when one found it
+     * @throws IllegalArgumentException when the root was written by a plain run for a tensor-parallel one (or the
+     *                                  reverse); on every rank when one found it
      * @throws IllegalStateException    when ranks found different newest steps, or one failed to read its directory
      */
     public Optional<CheckpointDirectory.Checkpoint> latestComplete(Path root, Group group, String tagPrefix)
@@ -304,14 +423,14 @@ public final class CheckpointLayout {
                     mine = CheckpointDirectory.latestComplete(root);
                 } else {
                     checkDegree(root);
-                    mine = newestOnEveryRank(root);
+                    mine = newestOfEveryDegree(root);
                 }
             } catch (IOException | IllegalArgumentException e) {
                 failure = e;
             }
             // every rank the same verdict and the same step, before any rank reads a byte of one
             List<String> steps = exchange("latest", "resume from checkpoint root=" + root, failure,
-                    mine.map(c -> Long.toString(c.counters().step())).orElse("none"), group, CHECKPOINT);
+                    mine.map(c -> c.counters().step() + degreeSuffix(c.dir())).orElse("none"), group, CHECKPOINT);
             if (steps.stream().distinct().count() != 1) {
                 throw new IllegalStateException("ranks found different newest steps complete on every tensor-parallel"
                         + " rank under root=" + root + ": steps by " + ranksOf(group) + "=" + steps + ", expected one"
@@ -545,8 +664,36 @@ public final class CheckpointLayout {
         return texts;
     }
 
-    private Optional<CheckpointDirectory.Checkpoint> newestOnEveryRank(Path root) throws IOException {
-        for (Path dir : CheckpointDirectory.stepDirsNewestFirst(ownRoot(root))) {
+    /**
+     * The newest step complete on every rank of any degree found under {@code root}: this run's degree's (this rank's
+     * own directory of it), or another degree's (its rank 0's directory, whose shards {@link #otherDegreeDirs} finds
+     * and re-slices); on a tie this run's degree.
+     */
+    private Optional<CheckpointDirectory.Checkpoint> newestOfEveryDegree(Path root) throws IOException {
+        Optional<CheckpointDirectory.Checkpoint> best = newestOnEveryRank(root, size, rank);
+        for (int degree : tpDirs(root).stream().map(CheckpointLayout::degreeOf).distinct().sorted().toList()) {
+            if (degree == size) {
+                continue;
+            }
+            Optional<CheckpointDirectory.Checkpoint> theirs = newestOnEveryRank(root, degree, 0);
+            if (theirs.isPresent() && (best.isEmpty()
+                    || theirs.get().counters().step() > best.get().counters().step())) {
+                best = theirs;
+            }
+        }
+        return best;
+    }
+
+    /** The suffix of a checkpoint's step in {@link #latestComplete}'s exchange: its degree when not this run's. */
+    private String degreeSuffix(Path dir) {
+        Path parent = dir.getParent();
+        String name = parent == null ? "" : parent.getFileName().toString();
+        return TP_DIR.matcher(name).matches() && degreeOf(name) != size ? " of degree " + degreeOf(name) : "";
+    }
+
+    private Optional<CheckpointDirectory.Checkpoint> newestOnEveryRank(Path root, int size, int rank)
+            throws IOException {
+        for (Path dir : CheckpointDirectory.stepDirsNewestFirst(root.resolve(tpDirName(rank, size)))) {
             String step = dir.getFileName().toString();
             CheckpointDirectory.Counters mine = verified(dir);
             List<String> torn = new ArrayList<>();
@@ -650,16 +797,17 @@ public final class CheckpointLayout {
         if (!tp.isEmpty()) {
             throw new IllegalArgumentException("checkpoint root " + root + " holds a tensor-parallel run's checkpoints "
                     + tp + ": expected a network that is not tensor-parallel's (step-<n> directories), found tensor-parallel"
-                    + " degree " + degreeOf(tp.getFirst()) + " (fix: resume on a tensor-parallel run of that degree, each"
-                    + " rank's network sharded with TensorParallel.shard and attached before build(); or give this run a"
-                    + " new root)");
+                    + " degree " + degreeOf(tp.getFirst()) + " (fix: resume on a tensor-parallel run, of that degree or of"
+                    + " another that divides the sharded layers' split dimensions (the shards are re-sliced), each rank's"
+                    + " network sharded with TensorParallel.shard and attached before build(); or give this run a new"
+                    + " root)");
         }
     }
 
     /**
-     * Refuses a checkpoint root this run may neither write into nor resume from: for a tensor-parallel rank one with
-     * another degree's {@code tp-R-of-S} directories or a plain run's {@code step-<n>}; for a plain run one with
-     * tensor-parallel ranks' directories. An absent root passes.
+     * Refuses a checkpoint root this run may neither write into nor resume from: for a tensor-parallel rank one with a
+     * plain run's {@code step-<n>} (another degree's {@code tp-R-of-S} directories are re-sliced); for a plain run one
+     * with tensor-parallel ranks' directories. An absent root passes.
      *
      * @param root the run's checkpoint root
      * @throws IOException              when it cannot be listed
@@ -673,16 +821,11 @@ public final class CheckpointLayout {
         }
     }
 
-    /** Refuses a root written with another degree than this run's, or by a plain run. */
+    /**
+     * Refuses a root written by a plain run. Another degree's {@code tp-R-of-S} directories are welcome: its newest
+     * checkpoint is re-sliced onto this degree ({@link #otherDegreeDirs}), and this run writes its own beside them.
+     */
     private void checkDegree(Path root) throws IOException {
-        List<String> other = tpDirs(root).stream().filter(d -> degreeOf(d) != size).toList();
-        if (!other.isEmpty()) {
-            throw new IllegalArgumentException("checkpoint root " + root + " holds tensor-parallel degree "
-                    + degreeOf(other.getFirst()) + "'s shards " + other + ": expected this run's tensor-parallel degree "
-                    + size + " (each shard holds 1/degree of the sharded layers; fix: resume with a tensor-parallel group"
-                    + " of " + degreeOf(other.getFirst()) + " ranks, or gather the model on such a run with"
-                    + " TensorParallel.gather, save it, and shard it again for " + size + ")");
-        }
         if (Files.isDirectory(root)) {
             try (Stream<Path> listing = Files.list(root)) {
                 List<String> plain = listing.map(p -> p.getFileName().toString())

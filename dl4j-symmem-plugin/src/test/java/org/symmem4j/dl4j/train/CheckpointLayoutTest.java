@@ -91,19 +91,37 @@ class CheckpointLayoutTest {
     }
 
     @Test
-    void anotherDegreeAnotherRankAndAnotherKindOfRunAreRefused() throws IOException {
+    void anotherDegreesNewestStepIsFoundForReslicingAndAnotherRankAndAnotherKindOfRunAreRefused() throws IOException {
         write(0, 2, 10);
         write(1, 2, 10);
-        IllegalArgumentException degree = assertThrows(IllegalArgumentException.class,
-                () -> CheckpointLayout.tensorParallel(0, 4).latestComplete(root, null, "t-"));
-        assertEquals("checkpoint root " + root + " holds tensor-parallel degree 2's shards [tp-0-of-2, tp-1-of-2]:"
-                + " expected this run's tensor-parallel degree 4 (each shard holds 1/degree of the sharded layers; fix:"
-                + " resume with a tensor-parallel group of 2 ranks, or gather the model on such a run with"
-                + " TensorParallel.gather, save it, and shard it again for 4)", degree.getMessage());
+        // another degree's newest step complete on every one of its ranks: its rank 0's directory, whose siblings a
+        // restore re-slices onto this degree
+        CheckpointDirectory.Checkpoint other = CheckpointLayout.tensorParallel(3, 4).latestComplete(root, null, "t-")
+                .orElseThrow();
+        assertEquals(root.resolve("tp-0-of-2").resolve("step-000000000010"), other.dir());
+        assertEquals(List.of(root.resolve("tp-0-of-2").resolve("step-000000000010"),
+                root.resolve("tp-1-of-2").resolve("step-000000000010")),
+                CheckpointLayout.tensorParallel(3, 4).otherDegreeDirs(other.dir(), null));
+        assertEquals(List.of(root.resolve("tp-0-of-2"), root.resolve("tp-1-of-2")),
+                CheckpointLayout.tensorParallel(0, 1).otherDegreeDirs(root, null), "a directory of every rank's");
+        assertEquals(List.of(), CheckpointLayout.tensorParallel(1, 2).otherDegreeDirs(other.dir(), null), "its own degree");
+        // this degree's newer step wins; an older one loses to the other degree's
+        write(0, 4, 5);
+        write(1, 4, 5);
+        write(2, 4, 5);
+        write(3, 4, 5);
+        assertEquals(root.resolve("tp-0-of-2").resolve("step-000000000010"),
+                CheckpointLayout.tensorParallel(0, 4).latestComplete(root, null, "t-").orElseThrow().dir());
+        for (int r = 0; r < 4; r++) {
+            write(r, 4, 20);
+        }
+        assertEquals(CheckpointLayout.tensorParallel(2, 4).stepDir(root, 20),
+                CheckpointLayout.tensorParallel(2, 4).latestComplete(root, null, "t-").orElseThrow().dir());
         IllegalArgumentException plainRun = assertThrows(IllegalArgumentException.class,
                 () -> CheckpointLayout.plain().latestComplete(root, null, "t-"));
-        assertTrue(plainRun.getMessage().contains("holds a tensor-parallel run's checkpoints [tp-0-of-2, tp-1-of-2]:"
-                + " expected a network that is not tensor-parallel's"), plainRun.getMessage());
+        assertTrue(plainRun.getMessage().contains("holds a tensor-parallel run's checkpoints [tp-0-of-2, tp-0-of-4,"
+                + " tp-1-of-2, tp-1-of-4, tp-2-of-4, tp-3-of-4]: expected a network that is not tensor-parallel's"),
+                plainRun.getMessage());
         assertThrows(IllegalArgumentException.class, () -> CheckpointDirectory.latestComplete(root));
 
         Path rank1 = CheckpointLayout.tensorParallel(1, 2).stepDir(root, 10);
@@ -115,7 +133,9 @@ class CheckpointLayoutTest {
         assertThrows(IllegalArgumentException.class, () -> CheckpointLayout.plain().checkShard(rank1));
         // a directory holding every rank's: each rank's own, the degree checked
         assertEquals(CheckpointLayout.tensorParallel(1, 2).ownRoot(root), CheckpointLayout.tensorParallel(1, 2).restoreDir(root));
-        assertThrows(IllegalArgumentException.class, () -> CheckpointLayout.tensorParallel(1, 3).restoreDir(root));
+        IllegalArgumentException three = assertThrows(IllegalArgumentException.class,
+                () -> CheckpointLayout.tensorParallel(1, 3).restoreDir(root));
+        assertTrue(three.getMessage().contains("which re-slices another degree's shards onto this one"), three.getMessage());
 
         Path plain = root.resolve("plain");
         CheckpointDirectory.begin(CheckpointDirectory.stepDir(plain, 5));
