@@ -691,9 +691,10 @@ abstract sealed class DataParallelBuilder
                     + " expected the mesh's data-parallel group (fix: call one of them)");
         }
         meshShrink = MeshShrink.checkBuild(mesh, meshDataParallel, group, model.model());
-        if (sharding != null) {
-            ShardedShrink.checkBuild(sharding, group, options().checkpointSchedule() != null,
-                    ConfigurationStart.isHollow(model), shardGroupSize);
+        if (sharding == ZeroStage.PARAMETERS && shardGroupSize > 0) { // HSDP: a surviving shard group's copy
+            HybridShrink.checkBuild(workers, shardGroupSize, meshShrink != null, ConfigurationStart.isHollow(model));
+        } else if (sharding != null) { // back to the newest checkpoint
+            ShardedShrink.checkBuild(sharding, options().checkpointSchedule() != null, ConfigurationStart.isHollow(model));
         }
         if (group != null && group.transport() != group.hostTransport()) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with group(...) of " + group + " on transport "
