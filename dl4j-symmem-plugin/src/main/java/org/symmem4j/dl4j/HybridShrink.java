@@ -132,16 +132,9 @@ final class HybridShrink {
         Group old = settings.group();
         int s = settings.shardGroupSize();
         int rows = old.worldSize() / s;
-        Group.Survivors survivors;
-        try {
-            survivors = old.shrink(dead -> java.util.stream.IntStream.range(dead / s * s, dead / s * s + s).toArray());
-        } catch (RuntimeException e) {
-            DataParallelTrainingException t = new DataParallelTrainingException("data-parallel fit failed: step "
-                    + lost.step() + " failed (" + cause + ") and the group could not shrink in place: " + e.getMessage()
-                    + "; the model is as it was before this fit (fix: " + RESTART + ")", old.rank(), lost.step(), e);
-            t.addSuppressed(lost.failure());
-            throw t;
-        }
+        // a dead rank takes its whole shard group (row) out with it
+        Group.Survivors survivors = ShardedShrink.shrinkGroup(old,
+                dead -> java.util.stream.IntStream.range(dead / s * s, dead / s * s + s).toArray(), lost, cause);
         List<Integer> dead = survivors.dead();
         TreeSet<Integer> lostRows = new TreeSet<>();
         for (int d : dead) {

@@ -218,8 +218,17 @@ final class ShardedShrink {
      * @throws DataParallelTrainingException when the group cannot shrink (a death during the rebuild, a timeout)
      */
     static Group.Survivors shrinkGroup(Group old, DataParallelSteps.LostWorkers lost, Throwable cause) {
+        return shrinkGroup(old, dead -> new int[] {dead}, lost, cause);
+    }
+
+    /**
+     * As {@link #shrinkGroup(Group, DataParallelSteps.LostWorkers, Throwable)}, each dead rank taking out the ranks
+     * {@code lostWith} names ({@link Group#shrink(java.util.function.IntFunction)}: hybrid sharding's shard group).
+     */
+    static Group.Survivors shrinkGroup(Group old, java.util.function.IntFunction<int[]> lostWith,
+                                       DataParallelSteps.LostWorkers lost, Throwable cause) {
         try {
-            return old.shrink();
+            return old.shrink(lostWith);
         } catch (RuntimeException e) {
             DataParallelTrainingException t = new DataParallelTrainingException("data-parallel fit failed: step "
                     + lost.step() + " failed (" + cause + ") and the group could not shrink in place: " + e.getMessage()
