@@ -357,15 +357,23 @@ abstract sealed class DataParallelBuilder
      * updater state per step; not with {@link #sharding}, which goes back to a checkpoint instead), and go on. The
      * wrapper closes the group it formed; the group given to the builder stays the caller's to close (it is aborted: its close waits for nobody). GPU mode cannot shrink.
      *
-     * <p>With {@link #sharding} (threads of one JVM or group mode, every stage; stage 3 not with
-     * {@link #shardGroupSize(int)} nor on a model started from its configuration) the dead worker's shard is lost
+     * <p>With {@link #sharding} (threads of one JVM or group mode, every stage; stage 3 not on a model started from its
+     * configuration; {@link #shardGroupSize(int)} below) the dead worker's shard is lost
      * with it, so the survivors go back instead to the newest complete periodic checkpoint of the {@code fit} (required:
      * {@code checkpointEvery}, refused at {@code build()} without it), re-sliced onto them, or to the fit's start
      * before its first checkpoint, and redo the steps since it with the failed step's batches: the result equals a
      * run resumed from that checkpoint on the survivors, bitwise; listeners see the redone steps again (docs/shrink.md).
      * In group mode the survivors' group restores the checkpoint collectively (its directory must be one every rank
      * reads: one machine, or a shared file system).
-     * Not with {@link #recordTimeline}, whose tracks are the
+     *
+     * <p>With hybrid sharding ({@link #shardGroupSize(int)}: stage 3 in shard groups, replicated across them) no
+     * checkpoint is needed: the dead worker's shard group leaves whole (in group mode its live ranks' {@code fit()}
+     * throws {@link ReplicaLostException}), the other groups, each holding a whole copy, go on as hybrid sharding with
+     * fewer replicas from the last step every survivor completed, redoing the failed step: bitwise as hybrid sharding
+     * of the survivors' shape from that step. A death in the only shard group left fails the fit (recover by RESTART);
+     * {@code shardGroupSize} equal to the worker count is refused at {@code build()} (docs/shrink.md).
+     *
+     * <p>Not with {@link #recordTimeline}, whose tracks are the
      * workers at build time. A worker that fails the same way on every batch (a bug, not a lost worker) shrinks the
      * group one worker at a time down to {@code minWorkers}: set it to the fewest workers worth training on.
      *
@@ -692,9 +700,10 @@ abstract sealed class DataParallelBuilder
                     + " expected the mesh's data-parallel group (fix: call one of them)");
         }
         meshShrink = MeshShrink.checkBuild(mesh, meshDataParallel, group, model.model());
-        if (sharding != null) {
-            ShardedShrink.checkBuild(sharding, group, options().checkpointSchedule() != null,
-                    ConfigurationStart.isHollow(model), shardGroupSize);
+        if (sharding == ZeroStage.PARAMETERS && shardGroupSize > 0) { // HSDP: a surviving shard group's copy
+            HybridShrink.checkBuild(workers, shardGroupSize, meshShrink != null, ConfigurationStart.isHollow(model));
+        } else if (sharding != null) { // back to the newest checkpoint
+            ShardedShrink.checkBuild(sharding, options().checkpointSchedule() != null, ConfigurationStart.isHollow(model));
         }
         if (group != null && group.transport() != group.hostTransport()) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with group(...) of " + group + " on transport "

@@ -174,6 +174,12 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
     private FullySharded fullySharded;
     /** Stage 3's replicate × shard mesh when it shards inside groups (HSDP); null otherwise. Set in {@link #open()}. */
     private HybridSharding hybrid;
+    /**
+     * HSDP under SHRINK: this worker's own parameter blocks as its failed step left them, packed
+     * ({@link FullySharded#packOwnBlocks}), since its close frees their memory; null otherwise. Written on the worker's
+     * thread before the step's result completes exceptionally, which publishes it to the wrapper's thread.
+     */
+    private MemorySegment ownBlocksAtFailure;
     private final DataParallelSettings settings;
     private final SyncMetrics metrics;
     private final ShardSource shardSource;
@@ -517,6 +523,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             if (averaging != null) {
                 averaging.abandonStep();
             }
+            keepOwnBlocksForShrink(e);
             task.result().completeExceptionally(e);
             return false;
         } finally {
@@ -540,6 +547,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             try {
                 mergedMeanLoss = mergeLoss(task, score);
             } catch (RuntimeException e) {
+                keepOwnBlocksForShrink(e); // the update ran: the blocks hold the step's end
                 task.result().completeExceptionally(e);
                 return false;
             }
@@ -547,6 +555,28 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         task.result().complete(new Result(score, regularization, stepNanos, syncNanos, skipped, keptActivations, syncStart,
                 syncEnd, start, end, mergedMeanLoss));
         return true;
+    }
+
+    /**
+     * HSDP under SHRINK: keeps this worker's own blocks past its close (the thread ends after a failed step), for
+     * {@link HybridShrink} to take a surviving shard group's copy from (thread mode), or this survivor's own part of it
+     * (group mode). A failed step never ran its local update
+     * half-way: the update has no collective inside or after it that an abort could stop.
+     */
+    private void keepOwnBlocksForShrink(Throwable failure) {
+        if (fullySharded == null || !settings.shrinks() || settings.shardGroupSize() == 0) {
+            return;
+        }
+        try {
+            ownBlocksAtFailure = fullySharded.packOwnBlocks();
+        } catch (RuntimeException | Error e) {
+            failure.addSuppressed(e); // the shrink then finds no copy of this worker's blocks and fails the fit
+        }
+    }
+
+    /** This worker's own blocks as its failed step left them (HSDP under SHRINK), or null. */
+    MemorySegment ownBlocksAtFailure() {
+        return ownBlocksAtFailure;
     }
 
     /**

@@ -1,5 +1,6 @@
 package org.symmem4j.dl4j;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -718,6 +719,39 @@ final class FullySharded implements AutoCloseable {
     /** Copies this rank's own blocks into the same elements of {@code full} (the others are left alone). */
     void copyOwnBlocksTo(INDArray full) {
         copyOwnBlocks(params.local(), ModelReplica.segmentOf(full));
+    }
+
+    /**
+     * A heap copy of this rank's own blocks, packed in unit order: what a hybrid-sharding shrink reads after this
+     * rank's failed step, whose close frees the parameter memory ({@link #unpackOwnBlocksTo}).
+     */
+    MemorySegment packOwnBlocks() {
+        long ds = dtype.byteSize();
+        long bytes = 0;
+        for (Unit u : units) {
+            bytes += (u.ownTo() - u.ownFrom()) * ds;
+        }
+        MemorySegment packed = Arena.ofAuto().allocate(Math.max(bytes, 1), ds);
+        long at = 0;
+        for (Unit u : units) {
+            long n = (u.ownTo() - u.ownFrom()) * ds;
+            MemorySegment.copy(params.local(), (u.offset() + u.ownFrom()) * ds, packed, at, n);
+            at += n;
+        }
+        return packed;
+    }
+
+    /** Writes blocks {@link #packOwnBlocks} packed into their elements of {@code full}; reads no memory of this rank's. */
+    void unpackOwnBlocksTo(MemorySegment packed, INDArray full) {
+        checkLength(full);
+        long ds = dtype.byteSize();
+        MemorySegment to = ModelReplica.segmentOf(full);
+        long at = 0;
+        for (Unit u : units) {
+            long n = (u.ownTo() - u.ownFrom()) * ds;
+            MemorySegment.copy(packed, at, to, (u.offset() + u.ownFrom()) * ds, n);
+            at += n;
+        }
     }
 
     /** Whether {@code full}'s elements in this rank's blocks are bitwise this rank's own blocks. */

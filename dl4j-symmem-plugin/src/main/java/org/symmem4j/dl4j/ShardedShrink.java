@@ -16,7 +16,7 @@ import org.symmem4j.parallel.Invariants;
 
 /**
  * The in-place shrink of a ZeRO-sharded wrapper ({@link WorkerFailure#SHRINK} with any {@link ZeroStage}; stage 3 on
- * an initialised model, without hybrid sharding), with workers that are threads of one JVM or processes of a group
+ * an initialised model; hybrid sharding shrinks without a checkpoint: {@link HybridShrink}), with workers that are threads of one JVM or processes of a group
  * (the survivors' group is formed by {@link Group#shrink()} and the restore runs collectively over it; with stage 3
  * each survivor's new worker allocates its sparse parameter and gradient buffers on that group, the old group's freed
  * by {@link DataParallelWorkers#stop()}). Each worker holds the only copy of its shard of the
@@ -222,8 +222,17 @@ final class ShardedShrink {
      * @throws DataParallelTrainingException when the group cannot shrink (a death during the rebuild, a timeout)
      */
     static Group.Survivors shrinkGroup(Group old, DataParallelSteps.LostWorkers lost, Throwable cause) {
+        return shrinkGroup(old, dead -> new int[] {dead}, lost, cause);
+    }
+
+    /**
+     * As {@link #shrinkGroup(Group, DataParallelSteps.LostWorkers, Throwable)}, each dead rank taking out the ranks
+     * {@code lostWith} names ({@link Group#shrink(java.util.function.IntFunction)}: hybrid sharding's shard group).
+     */
+    static Group.Survivors shrinkGroup(Group old, java.util.function.IntFunction<int[]> lostWith,
+                                       DataParallelSteps.LostWorkers lost, Throwable cause) {
         try {
-            return old.shrink();
+            return old.shrink(lostWith);
         } catch (RuntimeException e) {
             DataParallelTrainingException t = new DataParallelTrainingException("data-parallel fit failed: step "
                     + lost.step() + " failed (" + cause + ") and the group could not shrink in place: " + e.getMessage()
@@ -258,16 +267,13 @@ final class ShardedShrink {
 
     /**
      * {@code build()}'s refusals of SHRINK with {@code sharding}: what the sharded shrink cannot do is refused before
-     * anything starts, each with the fix.
+     * anything starts, each with the fix. Hybrid sharding's are {@link HybridShrink#checkBuild}'s (it shrinks without a checkpoint).
      *
-     * @param sharding       the ZeRO stage (not null)
-     * @param group          the wrapper's group, or null in thread mode
-     * @param checkpoints    whether periodic checkpoints are configured ({@code checkpointEvery})
-     * @param hollow         whether the model was started from a configuration (stage 3: no process holds it whole)
-     * @param shardGroupSize stage 3's shard group size (0 unset)
+     * @param sharding    the ZeRO stage (not null)
+     * @param checkpoints whether periodic checkpoints are configured ({@code checkpointEvery})
+     * @param hollow      whether the model was started from a configuration (stage 3: no process holds it whole)
      */
-    static void checkBuild(ZeroStage sharding, Group group, boolean checkpoints, boolean hollow,
-                           int shardGroupSize) {
+    static void checkBuild(ZeroStage sharding, boolean checkpoints, boolean hollow) {
         String restart = "recover by RESTART: onWorkerFailure(FAIL) with checkpointEvery(k, dir).resumeFrom(dir) under"
                 + " symmem4j-run --max-restarts N, which resumes from the newest complete checkpoint";
         if (sharding == ZeroStage.PARAMETERS && hollow) {
@@ -276,12 +282,6 @@ final class ShardedShrink {
                     + " fit's start, which only the model holds whole, and this one holds no parameters; expected"
                     + " builder(model) with an initialised model (fix: build on new MultiLayerNetwork(conf).init(), use"
                     + " sharding(GRADIENTS), or " + restart + ")");
-        }
-        if (sharding == ZeroStage.PARAMETERS && shardGroupSize > 0) {
-            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=PARAMETERS and shardGroupSize="
-                    + shardGroupSize + " (hybrid sharding): the survivors of a shrink are no longer a multiple of the"
-                    + " shard group size; expected stage 3 without shardGroupSize (fix: drop shardGroupSize, or "
-                    + restart + ")");
         }
         if (!checkpoints) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=" + sharding + " and no periodic"

@@ -14,20 +14,24 @@ import java.util.List;
  *                       that step; the others the next)
  * @param dead           the workers whose own failure it was, numbered as in the group before the shrink
  * @param workersBefore  workers before the shrink
- * @param workersAfter   workers after it (the survivors, numbered densely 0.. in their old order)
+ * @param workersAfter   workers after it (the survivors, numbered densely 0.. in their old order); with hybrid
+ *                       sharding ({@code shardGroupSize}) each dead worker's shard group left whole, so the live
+ *                       workers of those groups are not among them either
  * @param redone         whether the survivors redo {@code step} (true when a survivor had not completed it; false,
  *                       with threads only, when every survivor had completed it: the dead worker failed after the
  *                       step's sync; always true in group mode, whose {@code step} is the first one not every
- *                       survivor completed, and with ZeRO sharding, which goes back to {@code resumedAt})
+ *                       survivor completed, and with ZeRO sharding without {@code shardGroupSize}, which goes back
+ *                       to {@code resumedAt})
  * @param failure        the dead worker's failure, as {@code toString()} gives it
  * @param failedNanos    {@link System#nanoTime()} when the wrapper's thread had every worker's outcome of the step
  * @param resumedNanos   {@link System#nanoTime()} when the survivors' group was built and the next step was handed
  *                       out to it
  * @param resumedAt      the first step the survivors train: {@code step} when it is redone, else {@code step + 1};
- *                       with ZeRO sharding the step of the state they went back to (the checkpoint's, or the fit's
+ *                       with ZeRO sharding (not hybrid) the step of the state they went back to (the checkpoint's, or the fit's
  *                       first), so that steps {@code resumedAt} to {@code step} are redone
  * @param checkpoint     with ZeRO sharding, the periodic checkpoint the survivors went back to (re-sliced onto them),
- *                       or null when they went back to the fit's start (none taken yet in it); null without sharding
+ *                       or null when they went back to the fit's start (none taken yet in it); null without sharding and
+ *                       with hybrid sharding (a surviving shard group's own copy)
  */
 public record ShrinkReport(long step, List<Integer> dead, int workersBefore, int workersAfter, boolean redone,
                            String failure, long failedNanos, long resumedNanos, long resumedAt, Path checkpoint) {

@@ -148,7 +148,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         this.workers = new DataParallelWorkers(model, settings, metrics);
         this.steps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
         this.schedule = o.checkpointSchedule();
-        this.sharded = settings.shrinks() && settings.sharding() != null ? new ShardedShrink(model, metrics, ndThreadsFor) : null;
+        // hybrid sharding shrinks as plain data parallelism does, from a surviving shard group's copy (HybridShrink)
+        this.sharded = settings.shrinks() && settings.sharding() != null && settings.shardGroupSize() == 0
+                ? new ShardedShrink(model, metrics, ndThreadsFor) : null;
         this.meshShrink = settings.shrinks() ? b.meshShrink : null;
     }
 
@@ -549,24 +551,33 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      */
     private Agreed agreeAmongThreads(DataParallelSteps.LostWorkers lost, Throwable cause) {
         List<DataParallelWorker> all = workers.all();
-        List<DataParallelWorker> survivors = new ArrayList<>();
-        for (int i = 0; i < all.size(); i++) {
-            if (!lost.dead().contains(settings.firstLocalRank() + i)) {
-                survivors.add(all.get(i));
+        int survivors;
+        int iteration;
+        if (settings.shardGroupSize() > 0) { // HSDP: the dead workers' shard groups leave; another group's copy goes on
+            HybridShrink.Survivors h = HybridShrink.takeSurvivingReplica(model, all, settings, lost, cause);
+            survivors = h.workers();
+            iteration = h.iteration();
+        } else {
+            List<DataParallelWorker> alive = new ArrayList<>();
+            for (int i = 0; i < all.size(); i++) {
+                if (!lost.dead().contains(settings.firstLocalRank() + i)) {
+                    alive.add(all.get(i));
+                }
             }
-        }
-        ShardedShrink.requireMinWorkers(lost, lost.dead(), survivors.size(), all.size(), cause, settings.minWorkers());
-        DataParallelWorker agreed = survivors.getFirst();
-        for (DataParallelWorker w : survivors) {
-            if (w.replica().iterationCount() < agreed.replica().iterationCount()) {
-                agreed = w;
+            survivors = alive.size();
+            ShardedShrink.requireMinWorkers(lost, lost.dead(), survivors, all.size(), cause, settings.minWorkers());
+            DataParallelWorker agreed = alive.getFirst();
+            for (DataParallelWorker w : alive) {
+                if (w.replica().iterationCount() < agreed.replica().iterationCount()) {
+                    agreed = w;
+                }
             }
+            iteration = agreed.replica().iterationCount();
+            model.copyStateFrom(agreed.replica()); // the new replicas start from it; a failed fit puts the model back
         }
-        int iteration = agreed.replica().iterationCount();
         requireStartOrEnd(lost, iteration);
-        model.copyStateFrom(agreed.replica()); // the new replicas start from it; a failed fit puts the model back
         workers.stop(); // every thread joined; the old world and its symmetric memory closed
-        settings = settings.withWorkers(survivors.size(), ndThreadsFor.applyAsInt(survivors.size()));
+        settings = settings.withWorkers(survivors, ndThreadsFor.applyAsInt(survivors));
         Nd4jThreadLimit.set(settings.ompThreadsPerWorker()); // until the fit's limit is restored at its end
         workers = new DataParallelWorkers(model, settings, metrics);
         // one wrapper hands every thread the same step: the step's end if every survivor's update ran (not redone)
@@ -583,8 +594,17 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      */
     private Agreed agreeInGroup(DataParallelSteps.LostWorkers lost, Throwable cause) {
         org.symmem4j.parallel.Group old = settings.group();
-        ModelReplica mine = workers.all().getFirst().replica();
+        DataParallelWorker worker = workers.all().getFirst();
+        ModelReplica mine = worker.replica();
         workers.stop(); // this rank's memories of the old group freed (its worker ended with the failed step)
+        if (settings.shardGroupSize() > 0) { // HSDP: dead ranks' shard groups leave; each survivor keeps its blocks
+            HybridShrink.Formed f = HybridShrink.inGroup(model, worker, settings, lost, cause);
+            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // a group an earlier shrink formed
+            ownedGroup = f.group();
+            settings = settings.withGroup(f.group());
+            workers = new DataParallelWorkers(model, settings, metrics);
+            return new Agreed(f.dead(), f.iteration());
+        }
         org.symmem4j.parallel.Group group;
         org.symmem4j.parallel.Group agreeing; // a mesh's survivors agree over the whole world: every tp rank alike
         List<Integer> dead;

@@ -235,18 +235,7 @@ class ShardedShrinkTest {
                 .onWorkerFailure(WorkerFailure.SHRINK).checkpointEvery(2, root).build());
         assertTrue(hollow.getMessage().contains("sharding=PARAMETERS on a model started from its configuration")
                 && hollow.getMessage().contains("fix:"), hollow.getMessage());
-        IllegalArgumentException hybrid = assertThrows(IllegalArgumentException.class, () -> SymmemParallelWrapper
-                .builder(net).workers(4).sharding(ZeroStage.PARAMETERS).shardGroupSize(2)
-                .onWorkerFailure(WorkerFailure.SHRINK).checkpointEvery(2, root).build());
-        assertTrue(hybrid.getMessage().contains("shardGroupSize=2 (hybrid sharding)"), hybrid.getMessage());
-        // group mode: hybrid sharding refused on every rank, before the group is asked whether it can shrink
-        List<String> refusals = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults(), group -> assertThrows(
-                IllegalArgumentException.class, () -> SymmemParallelWrapper.builder(Nets.mlp(Nets.updater("adam"),
-                        DataType.FLOAT)).group(group).sharding(ZeroStage.PARAMETERS).shardGroupSize(2)
-                        .onWorkerFailure(WorkerFailure.SHRINK).checkpointEvery(2, root.resolve("g")).build()).getMessage());
-        for (String m : refusals) {
-            assertTrue(m.contains("shardGroupSize=2 (hybrid sharding)") && m.contains("fix:"), m);
-        }
+        // hybrid sharding shrinks without a checkpoint: HybridShrinkTest
         // stages 1, 2 and 3 shrink across processes (examples' ShrinkAfterKillTest): an in-JVM world, which cannot
         // shrink, gets the refusal every group-mode SHRINK gets, not a ZeRO one
         for (ZeroStage stage : List.of(ZeroStage.OPTIMIZER_STATE, ZeroStage.GRADIENTS, ZeroStage.PARAMETERS)) {

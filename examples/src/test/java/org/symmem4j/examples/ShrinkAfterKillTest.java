@@ -207,6 +207,66 @@ class ShrinkAfterKillTest {
         assertNoSharedMemoryLeft(r.out(), log, killed);
     }
 
+    /** HSDP: six ranks in shard groups of two; steps 0..2 done by 3 x 2 ranks, step 3 fails and is redone by 2 x 2. */
+    static final int HSDP_KILL_AFTER = 2;
+
+    /**
+     * Hybrid sharding across processes ({@code hsdp=2}: six JVMs, three shard groups of two): rank {@code killed} dies
+     * after step {@value #HSDP_KILL_AFTER}; the other rank of its shard group leaves ({@code ReplicaLostException},
+     * status 0), and the four survivors go on from their own copy, no checkpoint, as HSDP 2 x 2 from the failed step's
+     * first batch on: the final model equals, bitwise, HSDP 3 x 2 worker threads for steps 0..2 then 2 x 2 threads on
+     * the rest. No survivor maps a shared-memory file of the two ranks that are gone, and no file of the job is left.
+     */
+    @ParameterizedTest(name = "hsdp 3 x 2, rank {0} killed")
+    @ValueSource(ints = {0, 5}) // rank 0 (the first group, the first store's host) and the last group's last rank
+    @Timeout(value = 10, unit = TimeUnit.MINUTES)
+    void withHybridShardingTheDeadRanksShardGroupLeavesAndTheOthersEndBitwiseAsHsdpOnThem(int killed, @TempDir Path dir)
+            throws IOException {
+        Path model = dir.resolve("shrunk.zip");
+        Launcher.Result r = launch(6, freePort(), "-Xmx384m", ShrinkingTraining.class, model.toString(),
+                Integer.toString(killed), Integer.toString(HSDP_KILL_AFTER), "hsdp=2");
+        String log = r.err() + "\n" + r.out();
+        assertEquals(0, r.status(), log);
+        assertTrue(r.err().contains("was killed by signal 9 (SIGKILL)"), log);
+        int partner = killed ^ 1;
+        assertTrue(r.out().contains("LEFT launch rank " + partner + " at "), log);
+        Matcher kill = KILL.matcher(r.out());
+        assertTrue(kill.find(), log);
+        long killedAt = Long.parseLong(kill.group(3));
+        Pattern shrunk = Pattern.compile("\\[rank (\\d)\\] SHRUNK step (\\d+) dead \\[(\\d)\\] from 6 to 4 redone"
+                + " (true|false) resumed at (\\d+) ms");
+        int survivors = 0;
+        long latestResume = 0;
+        for (Matcher m = shrunk.matcher(r.out()); m.find(); survivors++) {
+            int step = Integer.parseInt(m.group(2));
+            // the failed step redone, or (a rank the abort reached at step 2's loss sum, after its update) step 2 done
+            assertTrue(step == HSDP_KILL_AFTER + 1 && m.group(4).equals("true")
+                    || step == HSDP_KILL_AFTER && m.group(4).equals("false"), m.group() + "\n" + log);
+            assertEquals(killed, Integer.parseInt(m.group(3)), log);
+            latestResume = Math.max(latestResume, Long.parseLong(m.group(5)));
+        }
+        assertEquals(4, survivors, "the four ranks of the other shard groups shrank: " + log);
+        System.out.printf(Locale.ROOT, "ShrinkAfterKillTest: hsdp 3 x 2, rank %d killed after step %d; the survivors'"
+                + " redone step handed out %.2f s after the kill (the latest of the four)%n", killed, HSDP_KILL_AFTER,
+                (latestResume - killedAt) / 1000.0);
+
+        List<DataSet> data = ShrinkingTraining.batches();
+        MultiLayerNetwork reference = ShrinkingTraining.network();
+        int before = 6 * (HSDP_KILL_AFTER + 1);
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(reference).workers(6).ompThreadsPerWorker(1)
+                .sharding(ZeroStage.PARAMETERS).shardGroupSize(2).build()) {
+            w.fit(new ListIterator(data.subList(0, before)));
+        }
+        reference.setEpochCount(0); // one fit in the shrinking run
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(reference).workers(4).ompThreadsPerWorker(1)
+                .sharding(ZeroStage.PARAMETERS).shardGroupSize(2).build()) {
+            w.fit(new ListIterator(data.subList(before, data.size())));
+        }
+        assertSameState(reference, ModelSerializer.restoreMultiLayerNetwork(model.toFile(), true),
+                "hsdp 3 x 2 -> 2 x 2 after rank " + killed + "'s kill");
+        assertNoSharedMemoryLeft(r.out(), log, 6, List.of(Math.min(killed, partner), Math.max(killed, partner)));
+    }
+
     private static void assertSameState(MultiLayerNetwork expected, MultiLayerNetwork actual, String what) {
         assertTrue(Arrays.equals(bits(expected.params().data().asFloat()), bits(actual.params().data().asFloat())),
                 what + ": parameters bitwise");

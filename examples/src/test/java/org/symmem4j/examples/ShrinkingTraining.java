@@ -9,6 +9,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.util.ModelSerializer;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
+import org.symmem4j.dl4j.ReplicaLostException;
 import org.symmem4j.dl4j.ShrinkReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.WorkerFailure;
@@ -26,10 +27,13 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * With two more arguments, rank {@code secondRank} kills itself {@code secondDelayMillis} after that same step, while
  * the others rebuild their group without the first (a death during the rebuild). With {@code zero=STAGE} instead, it
  * trains with ZeRO {@code sharding(STAGE)} and a periodic checkpoint every {@code every} steps into
- * {@code checkpointDir} (all kept), to which the survivors of a death go back.
+ * {@code checkpointDir} (all kept), to which the survivors of a death go back. With {@code hsdp=S} it trains with
+ * hybrid sharding (stage 3 in shard groups of S ranks, replicated across them): the dead rank's shard group leaves
+ * (its live ranks print {@code LEFT} and end with status 0) and the other groups go on from their own copy.
  *
  * <pre>ShrinkingTraining modelFile killRank killAfterStep(-1: none) [secondRank secondDelayMillis]
- * ShrinkingTraining modelFile killRank killAfterStep zero=STAGE checkpointDir every</pre>
+ * ShrinkingTraining modelFile killRank killAfterStep zero=STAGE checkpointDir every
+ * ShrinkingTraining modelFile killRank killAfterStep hsdp=S</pre>
  */
 public final class ShrinkingTraining {
 
@@ -51,6 +55,7 @@ public final class ShrinkingTraining {
         int killRank = Integer.parseInt(args[1]);
         long killAfter = Long.parseLong(args[2]);
         boolean zero = args.length > 3 && args[3].startsWith("zero=");
+        int hsdp = args.length > 3 && args[3].startsWith("hsdp=") ? Integer.parseInt(args[3].substring(5)) : 0;
         int secondRank = args.length > 4 && !zero ? Integer.parseInt(args[3]) : -1;
         long secondDelay = args.length > 4 && !zero ? Long.parseLong(args[4]) : 0;
         System.out.println("PID " + ProcessHandle.current().pid());
@@ -82,9 +87,17 @@ public final class ShrinkingTraining {
             builder.sharding(ZeroStage.valueOf(args[3].substring("zero=".length())))
                     .checkpointEvery(Integer.parseInt(args[5]), Path.of(args[4])).keepCheckpoints(1000);
         }
+        if (hsdp > 0) {
+            builder.sharding(ZeroStage.PARAMETERS).shardGroupSize(hsdp);
+        }
+        boolean left = false;
         try (group; SymmemParallelWrapper wrapper = builder.build()) {
             try {
                 wrapper.fit(new ListIterator(batches()));
+            } catch (ReplicaLostException e) { // hybrid sharding: a rank of this shard group died, this rank leaves
+                System.out.printf(Locale.ROOT, "LEFT launch rank %d at %d ms: %s%n", launchRank,
+                        System.currentTimeMillis(), e.getMessage());
+                left = true;
             } catch (RuntimeException e) {
                 System.out.printf(Locale.ROOT, "FIT FAILED at %d ms: %s%n", System.currentTimeMillis(), e.getMessage());
                 System.out.flush();
@@ -92,16 +105,18 @@ public final class ShrinkingTraining {
             }
             long nowNanos = System.nanoTime();
             long nowMillis = System.currentTimeMillis();
-            for (ShrinkReport s : wrapper.shrinks()) {
+            for (ShrinkReport s : left ? List.<ShrinkReport>of() : wrapper.shrinks()) {
                 System.out.printf(Locale.ROOT, "SHRUNK step %d dead %s from %d to %d redone %b resumed at %d ms"
                         + " back to step %d checkpoint %s%n", s.step(), s.dead(), s.workersBefore(), s.workersAfter(),
                         s.redone(), nowMillis - (nowNanos - s.resumedNanos()) / 1_000_000, s.resumedAt(),
                         s.checkpoint());
             }
-            System.out.printf(Locale.ROOT, "DONE launch rank %d, %d workers at the end, %d iterations%n", launchRank,
-                    wrapper.workers(), net.getIterationCount());
-            System.out.println("MAPPED after fit " + mappedSharedMemoryOwners());
-            if (wrapper.shrinks().isEmpty() || launchRank == firstSurvivor(killRank)) {
+            if (!left) {
+                System.out.printf(Locale.ROOT, "DONE launch rank %d, %d workers at the end, %d iterations%n",
+                        launchRank, wrapper.workers(), net.getIterationCount());
+                System.out.println("MAPPED after fit " + mappedSharedMemoryOwners());
+            }
+            if (!left && (wrapper.shrinks().isEmpty() || launchRank == firstSurvivor(killRank, Math.max(1, hsdp)))) {
                 ModelSerializer.writeModel(net, model, true);
             }
         }
@@ -125,8 +140,11 @@ public final class ShrinkingTraining {
         return owners;
     }
 
-    /** The lowest launch rank that is not {@code killed}: rank 0 of the survivors' group. */
-    private static int firstSurvivor(int killed) {
-        return killed == 0 ? 1 : 0;
+    /**
+     * The lowest launch rank not in {@code killed}'s group of {@code groupSize} ranks (1 without hybrid sharding; its
+     * shard group leaves with it): rank 0 of the survivors' group.
+     */
+    private static int firstSurvivor(int killed, int groupSize) {
+        return killed / groupSize == 0 ? groupSize : 0;
     }
 }

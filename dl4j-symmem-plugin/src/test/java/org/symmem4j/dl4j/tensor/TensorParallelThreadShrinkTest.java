@@ -237,6 +237,30 @@ class TensorParallelThreadShrinkTest {
         }
     }
 
+    /**
+     * Hybrid sharding on the mesh's dp axis: a shrink would drop a tensor-parallel replica and a shard group at once,
+     * which the wrapper does not do: refused at {@code build()} on every rank, with the fix.
+     */
+    @org.junit.jupiter.api.Test
+    void hybridShardingOnTheMeshsDpAxisIsRefusedWithSHRINK() {
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.FLOAT, 0);
+        try (InJvmWorld world = InJvmWorld.createShrinking(4, OPTIONS)) {
+            List<String> refusals = InJvmWorld.runOnEveryRank(world, group -> {
+                try (DeviceMesh mesh = DeviceMesh.of(group, "dp", 2, "tp", TP);
+                     Communicator c = Communicator.create(mesh.group("tp"))) {
+                    MultiLayerNetwork mine = TensorParallel.shard(initial, mesh.coordinate("tp"), TP, 0, 2);
+                    TensorParallel.attach(mine, c);
+                    return assertThrows(IllegalArgumentException.class, () -> SymmemParallelWrapper.builder(mine)
+                            .group(mesh, "dp").ompThreadsPerWorker(1).sharding(org.symmem4j.dl4j.ZeroStage.PARAMETERS)
+                            .shardGroupSize(2).onWorkerFailure(WorkerFailure.SHRINK).build()).getMessage();
+                }
+            });
+            for (String m : refusals) {
+                assertTrue(m.contains("(hybrid sharding) on a dp x tp mesh") && m.contains("fix:"), m);
+            }
+        }
+    }
+
     /** Plain {@code dp x tp} (no SHRINK) of {@code mine}, this rank's shard, attached here, over {@code data}. */
     private static MultiLayerNetwork plain(Group world, int dp, MultiLayerNetwork mine, List<DataSet> data) {
         try (DeviceMesh mesh = DeviceMesh.of(world, "dp", dp, "tp", TP);
