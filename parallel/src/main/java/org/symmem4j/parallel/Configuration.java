@@ -228,6 +228,24 @@ public final class Configuration {
             .build(false, "`false`", Configuration::bool);
 
     /**
+     * {@code symmem4j.flight.recorder.runs}: whether the flight recorder keeps runs of equal consecutive collectives
+     * and writes nothing when a rank arrives at its entry barrier (issue #36: the arrival write off the hot path).
+     */
+    public static final Setting<Boolean> FLIGHT_RECORDER_RUNS = Setting.property("symmem4j.flight.recorder.runs")
+            .type("boolean")
+            .accepts("`true`, `false`")
+            .experimental()
+            .describedAs("whether the flight recorder keeps a ring of runs (consecutive collectives with the same name"
+                    + " and arguments, 128 bytes each) instead of an entry per collective, and writes nothing when a rank"
+                    + " arrives at its entry barrier: a waiting rank's arguments are the descriptor it published into"
+                    + " its own pad, copied in only by a failure or a timeout message; after the barrier a collective"
+                    + " like the one before costs one store (and the return one), begin and end times are kept for the"
+                    + " first and last of each run and the collective in flight; the dump expands the runs (to compare in"
+                    + " `FlightRecorderCostBench --arrivals in-shadow,in-shadow+runs,in-shadow+none`); read once per JVM;"
+                    + " wins over `symmem4j.flight.recorder.padded` and `symmem4j.flight.recorder.compact`")
+            .build(false, "`false`", Configuration::bool);
+
+    /**
      * {@code symmem4j.flight.recorder.probe}: which of the flight recorder's per-collective calls the control plane makes
      * (issue #36, a diagnostic: where the one-shot cost comes from).
      */
