@@ -101,6 +101,24 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * test of #36, measured against the layout above in one run ({@code FlightRecorderCostBench --arrivals
  * in-shadow,in-shadow+compact,in-shadow@256}); padded wins when both are set.
  *
+ * <p><b>Runs (experimental, {@link Configuration#FLIGHT_RECORDER_RUNS}): the arrival write removed, not moved.</b>
+ * The probes of 2026-11-29 put the whole one-shot cost in the entry written at arrival ({@code +arrival} cost what the
+ * whole recorder did), and every placement of that write so far (in the shadow, after the wait, padded, compact) cost
+ * 20-60 ns. With the setting nothing is written at arrival: while a rank waits at its entry barrier, what the entry
+ * would say is already in memory, the descriptor it published into its own pad ({@link PadSynchronizer#arrive} writes
+ * it there as into the peers'), and the paths that need it (a failure, a timeout message) copy it in from there
+ * ({@link ControlPlane#failed}, SCHEDULED with its arguments, as before). The ring holds runs ({@link FlightRuns}):
+ * after the barrier passed ({@link #started(OpDescriptorLayout.Descriptor, String)}) a collective with the same name
+ * and arguments as the newest run, numbered right after it, costs one store (the run's last number) after loads of a
+ * line this core wrote the collective before; the return one store (the run's newest completed number); the begin and
+ * end stamps are stored only when the coarse clock's millisecond moved. A collective that differs opens a run (a
+ * barrier between all-reduces does, so such a loop writes two runs per pair: the old cost, after the wait). The
+ * dump expands the runs to the same per-collective records (FlightRecorderRunsTest compares them with this layout's),
+ * except that a collective inside a run has no times of its own (null: between its run's first and last, which keep
+ * theirs, as does the one in flight); each record of a longer run names it ({@code "run": {"firstSeq", "lastSeq"}}).
+ * A failure splits the failed collective off its run. Not measured on 16 cores yet: {@code FlightRecorderCostBench
+ * --arrivals in-shadow,in-shadow+runs,in-shadow+none,in-shadow+runs+none}.
+ *
  * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
  * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread
  * that runs the communicator's collectives, so program order is enough. A reader on another thread (a watchdog
