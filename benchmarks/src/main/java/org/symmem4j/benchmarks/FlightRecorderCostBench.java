@@ -165,7 +165,8 @@ public final class FlightRecorderCostBench {
                 .param("entries", Integer.toString(flags.entries))
                 .forks(flags.opsForks)
                 .jvmArgsAppend("--enable-native-access=ALL-UNNAMED", // replaces the annotation's list
-                        "-D" + (layout == null ? FlightRecorderPairedBenchmark.COMPACT_PROPERTY + "=false" : layout + "=true"))
+                        "-D" + FlightRecorderPairedBenchmark.RUNS_PROPERTY + "=false", // the entry layout unless runs
+                        layout == null ? "-D" + FlightRecorderPairedBenchmark.COMPACT_PROPERTY + "=false" : "-D" + layout + "=true")
                 .build();
         double[] scores = {Double.NaN, Double.NaN};
         for (RunResult r : new Runner(ops).run()) {

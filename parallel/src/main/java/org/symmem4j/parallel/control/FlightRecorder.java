@@ -101,7 +101,8 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * test of #36, measured against the layout above in one run ({@code FlightRecorderCostBench --arrivals
  * in-shadow,in-shadow+compact,in-shadow@256}); padded wins when both are set.
  *
- * <p><b>Runs (experimental, {@link Configuration#FLIGHT_RECORDER_RUNS}): the arrival write removed, not moved.</b>
+ * <p><b>Runs (the default since 2026-11-29, {@link Configuration#FLIGHT_RECORDER_RUNS}; {@code false} gives the entry
+ * layouts above): the arrival write removed, not moved.</b>
  * The probes of 2026-11-29 put the whole one-shot cost in the entry written at arrival ({@code +arrival} cost what the
  * whole recorder did), and every placement of that write so far (in the shadow, after the wait, padded, compact) cost
  * 20-60 ns. With the setting nothing is written at arrival: while a rank waits at its entry barrier, what the entry
@@ -116,8 +117,10 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * dump expands the runs to the same per-collective records (FlightRecorderRunsTest compares them with this layout's),
  * except that a collective inside a run has no times of its own (null: between its run's first and last, which keep
  * theirs, as does the one in flight); each record of a longer run names it ({@code "run": {"firstSeq", "lastSeq"}}).
- * A failure splits the failed collective off its run. Not measured on 16 cores yet: {@code FlightRecorderCostBench
- * --arrivals in-shadow,in-shadow+runs,in-shadow+none,in-shadow+runs+none}.
+ * A failure splits the failed collective off its run. Made the default because the helpers' loaded 2-core VM did not
+ * show it slower (it resolves nothing there: +0.4 % with an interval of ±35 %); not measured on 16 cores yet:
+ * {@code FlightRecorderCostBench --arrivals in-shadow,in-shadow+runs,in-shadow+none,in-shadow+runs+none} decides
+ * whether it stays (the benchmark's cells set the layout explicitly, {@code in-shadow} being the entry layout).
  *
  * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
  * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread

@@ -77,8 +77,9 @@ class FlightRecorderPaddingTest {
         List<String> command = new ArrayList<>(List.of(java, "--enable-native-access=ALL-UNNAMED",
                 "-D" + Configuration.FLIGHT_RECORDER_PADDED.property() + "=" + padded,
                 "-D" + Configuration.FLIGHT_RECORDER_COMPACT.property() + "=" + compact,
-                "-D" + Configuration.FLIGHT_RECORDER_DIR.property() + "=" + dir.resolve("dumps-" + name)));
-        command.addAll(List.of(more));
+                "-D" + Configuration.FLIGHT_RECORDER_DIR.property() + "=" + dir.resolve("dumps-" + name),
+                "-D" + Configuration.FLIGHT_RECORDER_RUNS.property() + "=false")); // the entry layouts, unless more says
+        command.addAll(List.of(more)); // a later -D wins
         command.addAll(List.of("-cp", System.getProperty("java.class.path"), main.getName()));
         Process p = new ProcessBuilder(command).redirectErrorStream(true).start();
         String out = new String(p.getInputStream().readAllBytes());
