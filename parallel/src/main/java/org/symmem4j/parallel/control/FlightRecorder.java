@@ -46,6 +46,10 @@ import org.symmem4j.parallel.trace.CoarseClock;
  *                     passed (startedSeq, one field); else SCHEDULED (arrived, waiting for the others)
  * </pre>
  *
+ * <p>The layout above is the entry layout ({@code symmem4j.flight.recorder.runs=false}); the default keeps runs of
+ * equal collectives instead and writes nothing at arrival (<b>Runs</b>, below). What follows up to there is the
+ * account of the entry layout.
+ *
  * <p><b>Per collective, one write of its entry, in the entry barrier's shadow</b> (by default, {@link
  * Configuration#FLIGHT_RECORDER_ARRIVAL}; {@code after-wait}: {@link ControlPlane#arriveAndCheck} calls {@link #arrived}
  * once every peer's descriptor is here), before the agreement check and before any data moves;
