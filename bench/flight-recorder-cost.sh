@@ -25,6 +25,12 @@
 #   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --algorithms ONE_SHOT --forks 3 --pairs 150 \
 #     --arrivals in-shadow,in-shadow+none,in-shadow+arrival,in-shadow+spin256 --ops-forks 1
 #
+# The run-length layout (symmem4j.flight.recorder.runs, the default since 2026-11-29: nothing written at arrival, one
+# store per collective equal to the one before) against the entry layout (in-shadow) and the A/A controls, one-shot on
+# 2 ranks, about 4.5 minutes:
+#   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --algorithms ONE_SHOT --forks 3 --pairs 150 --warmups 50 \
+#     --arrivals in-shadow,in-shadow+runs,in-shadow+none,in-shadow+runs+none --ops-forks 1
+#
 # CPUS pins rank r to the r-th CPU listed (one per rank of the largest --ranks; fewer: nothing is pinned).
 # Needs at least 4 idle cores (every rank spins on a core of its own). On a lent machine (no Java there) use the
 # shared-state pack instead: bench/shared-state/pack.sh, then the device tool with

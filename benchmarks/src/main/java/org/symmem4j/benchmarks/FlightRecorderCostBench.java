@@ -100,7 +100,8 @@ public final class FlightRecorderCostBench {
                 + " collective's entry, one cell each: after-wait (once the entry barrier passed), in-shadow (between"
                 + " the publish and the wait, the product's default); either with +padded: the recorder's writes kept"
                 + " 128 bytes from every other heap object (-Dsymmem4j.flight.recorder.padded=true); or with +compact: 32-byte"
-                + " entries (-Dsymmem4j.flight.recorder.compact=true); +arrival: only the entry's write (-Dsymmem4j.flight.recorder.probe"
+                + " entries (-Dsymmem4j.flight.recorder.compact=true); or with +runs: runs of equal collectives, nothing written at arrival"
+                + " (-Dsymmem4j.flight.recorder.runs=true); +arrival: only the entry's write (-Dsymmem4j.flight.recorder.probe"
                 + "=arrival), +none: none of the recorder's calls, the A/A control (probe=none); +spinN: the waits poll N"
                 + " times without a pause first (-Dsymmem4j.wait.spinfirst=N, off and on alike); and @E: a ring of E"
                 + " entries for that cell")
@@ -115,8 +116,10 @@ public final class FlightRecorderCostBench {
         Cli.positive("--ops-forks", flags.opsForks);
         Cli.positive("--entries", flags.entries);
         boolean anyCompact = false;
+        boolean anyRuns = false;
         for (String arrival : flags.arrivals) {
             anyCompact |= FlightRecorderPairedBenchmark.Cell.parse(arrival, flags.entries).compact();
+            anyRuns |= FlightRecorderPairedBenchmark.Cell.parse(arrival, flags.entries).runs();
         }
         if (flags.warmups < 0 || flags.bytes < 4 || flags.bytes % 4 != 0) {
             throw new IllegalArgumentException("--warmups=" + flags.warmups + " --bytes=" + flags.bytes + ": expected"
@@ -136,26 +139,34 @@ public final class FlightRecorderCostBench {
                 }
             }
         }
-        double[] plain = ops(flags, false);
-        double[] compact = anyCompact ? ops(flags, true) : null;
+        double[] plain = ops(flags, null);
         String report = report(flags, plain[0], plain[1], rows);
-        if (compact != null) {
-            report += String.format(Locale.ROOT, "- compact entries (-D%s=true): recordOneCollective %.2f ns/op,"
-                    + " baseline %.2f ns/op: %.2f ns per collective%n", FlightRecorderPairedBenchmark.COMPACT_PROPERTY,
-                    compact[1], compact[0], compact[1] - compact[0]);
+        for (String layout : new String[] {anyCompact ? FlightRecorderPairedBenchmark.COMPACT_PROPERTY : null,
+            anyRuns ? FlightRecorderPairedBenchmark.RUNS_PROPERTY : null}) {
+            if (layout != null) {
+                double[] other = ops(flags, layout);
+                report += String.format(Locale.ROOT, "- with -D%s=true: recordOneCollective %.2f ns/op,"
+                        + " baseline %.2f ns/op: %.2f ns per collective%n", layout, other[1], other[0], other[1] - other[0]);
+            }
         }
         System.out.println(report);
         write(flags, report);
     }
 
-    /** {@return FlightRecorderOpsBenchmark's baseline and recordOneCollective, ns/op, in one layout} */
-    private static double[] ops(Flags flags, boolean compact) throws RunnerException {
+    /**
+     * {@return FlightRecorderOpsBenchmark's baseline and recordOneCollective, ns/op, in one layout}
+     *
+     * @param flags  the run's flags
+     * @param layout the boolean property that selects the layout, or null for the default one
+     */
+    private static double[] ops(Flags flags, String layout) throws RunnerException {
         Options ops = new OptionsBuilder()
                 .include("\\.FlightRecorderOpsBenchmark\\.")
                 .param("entries", Integer.toString(flags.entries))
                 .forks(flags.opsForks)
                 .jvmArgsAppend("--enable-native-access=ALL-UNNAMED", // replaces the annotation's list
-                        "-D" + FlightRecorderPairedBenchmark.COMPACT_PROPERTY + "=" + compact)
+                        "-D" + FlightRecorderPairedBenchmark.RUNS_PROPERTY + "=false", // the entry layout unless runs
+                        layout == null ? "-D" + FlightRecorderPairedBenchmark.COMPACT_PROPERTY + "=false" : "-D" + layout + "=true")
                 .build();
         double[] scores = {Double.NaN, Double.NaN};
         for (RunResult r : new Runner(ops).run()) {

@@ -13,6 +13,7 @@ import org.openjdk.jmh.annotations.Setup;
 import org.openjdk.jmh.annotations.State;
 import org.openjdk.jmh.annotations.Warmup;
 import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.control.FlightRecorder;
@@ -39,6 +40,9 @@ public class FlightRecorderOpsBenchmark {
     @Param({"1024"})
     public int entries;
 
+    /** {@link Configuration#FLIGHT_RECORDER_RUNS}, as the recorder reads it (once per JVM). */
+    private static final boolean RUNS = Configuration.FLIGHT_RECORDER_RUNS.get();
+
     private FlightRecorder recorder;
     private final Descriptor descriptor = new Descriptor();
     private long seq;
@@ -56,14 +60,20 @@ public class FlightRecorderOpsBenchmark {
                 Algorithm.TWO_SHOT.ordinal(), -1, 256, 1024, 3, 0, 0, Problem.NONE);
     }
 
-    /** The same and the recorder's three calls: the difference is what the recorder adds. */
+    /**
+     * The same and the recorder's calls, in the control plane's order: the difference is what the recorder adds (the
+     * run-length layout, {@code symmem4j.flight.recorder.runs}, writes nothing at arrival and extends one run here).
+     */
     @Benchmark
     public Descriptor recordOneCollective() {
         long s = seq++;
         Descriptor d = descriptor.set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
                 Algorithm.TWO_SHOT.ordinal(), -1, 256, 1024, 3, 0, 0, Problem.NONE);
-        recorder.arrived(d, "all-reduce");
-        recorder.started(s);
+        recorder.begun();
+        if (!RUNS) {
+            recorder.arrived(d, "all-reduce");
+        }
+        recorder.started(d, "all-reduce");
         recorder.completed(s);
         return d;
     }

@@ -85,6 +85,10 @@ public class FlightRecorderPairedBenchmark {
     static final String COMPACT_PROPERTY = "symmem4j.flight.recorder.compact";
     /** A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.compact=true} to its forks. */
     static final String COMPACT_SUFFIX = "+compact";
+    /** {@link Configuration#FLIGHT_RECORDER_RUNS}'s property. */
+    static final String RUNS_PROPERTY = "symmem4j.flight.recorder.runs";
+    /** A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.runs=true} to its forks. */
+    static final String RUNS_SUFFIX = "+runs";
     /** {@link Configuration#FLIGHT_RECORDER_PROBE}'s property. */
     static final String PROBE_PROPERTY = "symmem4j.flight.recorder.probe";
     /** {@link Configuration#WAIT_SPIN_FIRST}'s property. */
@@ -99,22 +103,23 @@ public class FlightRecorderPairedBenchmark {
     static final String ENTRIES_SEPARATOR = "@";
     /**
      * The placements {@link #ARRIVAL_PROPERTY} accepts; a cell of {@code --arrivals} is one of them, followed by any of
-     * {@link #PADDED_SUFFIX}, {@link #COMPACT_SUFFIX}, {@link #ARRIVAL_ONLY_SUFFIX}, {@link #NONE_SUFFIX} and
+     * {@link #PADDED_SUFFIX}, {@link #COMPACT_SUFFIX}, {@link #RUNS_SUFFIX}, {@link #ARRIVAL_ONLY_SUFFIX}, {@link #NONE_SUFFIX} and
      * {@code +spinN} (each at most once), and by {@code @E}, a ring of E entries.
      */
     static final java.util.List<String> ARRIVALS = java.util.List.of("after-wait", "in-shadow");
 
     /**
-     * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact][+arrival|+none][+spinN][@ENTRIES]}.
+     * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact|+runs][+arrival|+none][+spinN][@ENTRIES]}.
      *
      * @param where     {@code after-wait} or {@code in-shadow}
      * @param padded    {@link Configuration#FLIGHT_RECORDER_PADDED}
      * @param compact   {@link Configuration#FLIGHT_RECORDER_COMPACT}
+     * @param runs      {@link Configuration#FLIGHT_RECORDER_RUNS}: nothing written at arrival, runs of equal collectives
      * @param probe     {@link Configuration#FLIGHT_RECORDER_PROBE}: {@code all}, {@code arrival} or {@code none}
      * @param spinFirst {@link Configuration#WAIT_SPIN_FIRST}
      * @param entries   the recorder's entries while on
      */
-    record Cell(String where, boolean padded, boolean compact, String probe, int spinFirst, int entries) {
+    record Cell(String where, boolean padded, boolean compact, boolean runs, String probe, int spinFirst, int entries) {
 
         /**
          * Parses a cell.
@@ -135,6 +140,7 @@ public class FlightRecorderPairedBenchmark {
             String where = parts[0];
             boolean padded = false;
             boolean compact = false;
+            boolean runs = false;
             String probe = "all";
             int spinFirst = 0;
             String bad = null;
@@ -148,6 +154,8 @@ public class FlightRecorderPairedBenchmark {
                     padded = true;
                 } else if (flag.equals(COMPACT_SUFFIX)) {
                     compact = true;
+                } else if (flag.equals(RUNS_SUFFIX)) {
+                    runs = true;
                 } else if (flag.equals(ARRIVAL_ONLY_SUFFIX) || flag.equals(NONE_SUFFIX)) {
                     if (!"all".equals(probe)) {
                         bad = "both +arrival and +none";
@@ -159,18 +167,18 @@ public class FlightRecorderPairedBenchmark {
                     bad = "an unknown part " + flag;
                 }
             }
-            if (padded && compact) {
-                bad = "both +padded and +compact";
+            if ((padded ? 1 : 0) + (compact ? 1 : 0) + (runs ? 1 : 0) > 1) {
+                bad = "more than one of +padded, +compact and +runs";
             }
             if (!ARRIVALS.contains(where) || entries < 1 || spinFirst > 4096 || bad != null) {
-                throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE[+padded|+compact]"
+                throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE[+padded|+compact|+runs]"
                         + "[+arrival|+none][+spinN][@ENTRIES] with WHERE one of " + ARRIVALS + ", 0 <= N <= 4096 and"
                         + " ENTRIES >= 1, found where=" + where + " entries=" + (at >= 0 ? spec.substring(at + 1) : entries)
                         + (bad == null ? "" : ", " + bad)
                         + " (fix: e.g. --arrivals in-shadow,in-shadow+compact,in-shadow@256,in-shadow+arrival,in-shadow+none,"
-                        + "in-shadow+spin64)");
+                        + "in-shadow+spin64,in-shadow+runs)");
             }
-            return new Cell(where, padded, compact, probe, spinFirst, entries);
+            return new Cell(where, padded, compact, runs, probe, spinFirst, entries);
         }
 
         /** {@return {@code text} as a whole number, or -1 when it is not one} */
@@ -191,7 +199,8 @@ public class FlightRecorderPairedBenchmark {
      * @param arrival a cell ({@link Cell#parse}): {@code after-wait} or {@code in-shadow} ({@link
      *                Configuration#FLIGHT_RECORDER_ARRIVAL}), with {@link #PADDED_SUFFIX} for {@link
      *                Configuration#FLIGHT_RECORDER_PADDED} or {@link #COMPACT_SUFFIX} for {@link
-     *                Configuration#FLIGHT_RECORDER_COMPACT}, {@code +arrival} or {@code +none} for {@link
+     *                Configuration#FLIGHT_RECORDER_COMPACT}, {@link #RUNS_SUFFIX} for {@link
+     *                Configuration#FLIGHT_RECORDER_RUNS}, {@code +arrival} or {@code +none} for {@link
      *                Configuration#FLIGHT_RECORDER_PROBE}, {@code +spinN} for {@link Configuration#WAIT_SPIN_FIRST},
      *                and {@code @E} for a ring of E entries
      * @return the flags
@@ -201,6 +210,7 @@ public class FlightRecorderPairedBenchmark {
         return new String[] {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g",
             "-D" + ENTRIES_PROPERTY + "=" + c.entries(), "-D" + ARRIVAL_PROPERTY + "=" + c.where(),
             "-D" + PADDED_PROPERTY + "=" + c.padded(), "-D" + COMPACT_PROPERTY + "=" + c.compact(),
+            "-D" + RUNS_PROPERTY + "=" + c.runs(),
             "-D" + PROBE_PROPERTY + "=" + c.probe(), "-D" + SPIN_FIRST_PROPERTY + "=" + c.spinFirst()};
     }
 
@@ -256,6 +266,11 @@ public class FlightRecorderPairedBenchmark {
             throw new IllegalStateException("the recorder's compact-layout property is "
                     + Configuration.FLIGHT_RECORDER_COMPACT.property() + ", expected " + COMPACT_PROPERTY
                     + " (fix: update COMPACT_PROPERTY)");
+        }
+        if (!RUNS_PROPERTY.equals(Configuration.FLIGHT_RECORDER_RUNS.property())) {
+            throw new IllegalStateException("the recorder's run-length property is "
+                    + Configuration.FLIGHT_RECORDER_RUNS.property() + ", expected " + RUNS_PROPERTY
+                    + " (fix: update RUNS_PROPERTY)");
         }
         if (!PROBE_PROPERTY.equals(Configuration.FLIGHT_RECORDER_PROBE.property())
                 || !SPIN_FIRST_PROPERTY.equals(Configuration.WAIT_SPIN_FIRST.property())) {
@@ -317,6 +332,7 @@ public class FlightRecorderPairedBenchmark {
                 + Configuration.FLIGHT_RECORDER_ENTRIES.get() + " entries switched per iteration, entry written "
                 + Configuration.FLIGHT_RECORDER_ARRIVAL.get() + (Configuration.FLIGHT_RECORDER_PADDED.get()
                 ? ", padded" : "") + (Configuration.FLIGHT_RECORDER_COMPACT.get() ? ", compact" : "")
+                + (Configuration.FLIGHT_RECORDER_RUNS.get() ? ", runs (nothing written at arrival)" : "")
                 + ", probe " + Configuration.FLIGHT_RECORDER_PROBE.get() + ", wait spin-first "
                 + Configuration.WAIT_SPIN_FIRST.get() + "; ranks " + (pin ? "pinned to CPUs "
                 + java.util.Arrays.toString(java.util.Arrays.copyOf(cpus, ranks)) : "not pinned (-D" + BenchCpus.PROPERTY

@@ -41,6 +41,24 @@ class FlightRecorderCostBenchTest {
     }
 
     @Test
+    void aRunsCellAndItsAaControl() {
+        List<String> runs = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+runs"));
+        assertTrue(runs.contains("-Dsymmem4j.flight.recorder.runs=true"), runs.toString());
+        assertTrue(runs.contains("-Dsymmem4j.flight.recorder.compact=false"), runs.toString());
+        assertTrue(runs.contains("-Dsymmem4j.flight.recorder.probe=all"), runs.toString());
+        List<String> control = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+runs+none"));
+        assertTrue(control.contains("-Dsymmem4j.flight.recorder.runs=true"), control.toString());
+        assertTrue(control.contains("-Dsymmem4j.flight.recorder.probe=none"), control.toString());
+        assertTrue(List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow"))
+                .contains("-Dsymmem4j.flight.recorder.runs=false"));
+        for (String bad : new String[] {"in-shadow+runs+compact", "in-shadow+padded+runs", "in-shadow+runs+runs"}) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                    () -> FlightRecorderPairedBenchmark.forkFlags(1024, bad), bad);
+            assertTrue(e.getMessage().contains("in-shadow+runs)"), e.getMessage());
+        }
+    }
+
+    @Test
     void probeAndSpinCellsCombine() {
         List<String> f = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+compact+arrival+spin64@256"));
         assertTrue(f.contains("-Dsymmem4j.flight.recorder.arrival=in-shadow"), f.toString());

@@ -217,7 +217,9 @@ public final class Configuration {
             .describedAs("where the flight recorder writes a collective's entry: `in-shadow` between this rank's"
                     + " publish and its wait (measured cheaper: bench/results/2026-11-29-recorder-placement-16core.md),"
                     + " `after-wait` once the entry barrier passed (a rank that fails while waiting writes it on the"
-                    + " failure path; to compare their cost in `FlightRecorderCostBench --arrivals`); read once per JVM")
+                    + " failure path; to compare their cost in `FlightRecorderCostBench --arrivals`); only with"
+                    + " `symmem4j.flight.recorder.runs=false` (the run-length layout writes nothing at arrival); read"
+                    + " once per JVM")
             .build("in-shadow", "`in-shadow`", choice("after-wait", "in-shadow"));
 
     /**
@@ -252,6 +254,26 @@ public final class Configuration {
                     + " L1 (to compare in `FlightRecorderCostBench --arrivals in-shadow,in-shadow+compact`); the dump"
                     + " is the same; read once per JVM; not combined with `symmem4j.flight.recorder.padded`")
             .build(false, "`false`", Configuration::bool);
+
+    /**
+     * {@code symmem4j.flight.recorder.runs}: whether the flight recorder keeps runs of equal consecutive collectives
+     * and writes nothing when a rank arrives at its entry barrier (issue #36: the arrival write off the hot path); the
+     * default, {@code false} gives the layout of an entry per collective.
+     */
+    public static final Setting<Boolean> FLIGHT_RECORDER_RUNS = Setting.property("symmem4j.flight.recorder.runs")
+            .type("boolean")
+            .accepts("`true`, `false`")
+            .experimental()
+            .describedAs("whether the flight recorder keeps a ring of runs (consecutive collectives with the same name"
+                    + " and arguments, 128 bytes each) instead of an entry per collective, and writes nothing when a rank"
+                    + " arrives at its entry barrier: a waiting rank's arguments are the descriptor it published into"
+                    + " its own pad, copied in only by a failure or a timeout message; after the barrier a collective"
+                    + " like the one before costs one store (and the return one), begin and end times are kept for the"
+                    + " first and last of each run and the collective in flight; the dump expands the runs (to compare in"
+                    + " `FlightRecorderCostBench --arrivals in-shadow,in-shadow+runs,in-shadow+none`); read once per JVM;"
+                    + " wins over `symmem4j.flight.recorder.padded` and `symmem4j.flight.recorder.compact`; `false`: an"
+                    + " entry per collective, written at arrival, with its own times")
+            .build(true, "`true`", Configuration::bool);
 
     /**
      * {@code symmem4j.flight.recorder.probe}: which of the flight recorder's per-collective calls the control plane makes

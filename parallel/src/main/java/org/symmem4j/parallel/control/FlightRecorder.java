@@ -6,6 +6,8 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Locale;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -43,6 +45,10 @@ import org.symmem4j.parallel.trace.CoarseClock;
  *  state, derived when read: FAILED if flagged; else COMPLETED if ENDED; else STARTED if the entry barrier
  *                     passed (startedSeq, one field); else SCHEDULED (arrived, waiting for the others)
  * </pre>
+ *
+ * <p>The layout above is the entry layout ({@code symmem4j.flight.recorder.runs=false}); the default keeps runs of
+ * equal collectives instead and writes nothing at arrival (<b>Runs</b>, below). What follows up to there is the
+ * account of the entry layout.
  *
  * <p><b>Per collective, one write of its entry, in the entry barrier's shadow</b> (by default, {@link
  * Configuration#FLIGHT_RECORDER_ARRIVAL}; {@code after-wait}: {@link ControlPlane#arriveAndCheck} calls {@link #arrived}
@@ -99,6 +105,27 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * test of #36, measured against the layout above in one run ({@code FlightRecorderCostBench --arrivals
  * in-shadow,in-shadow+compact,in-shadow@256}); padded wins when both are set.
  *
+ * <p><b>Runs (the default since 2026-11-29, {@link Configuration#FLIGHT_RECORDER_RUNS}; {@code false} gives the entry
+ * layouts above): the arrival write removed, not moved.</b>
+ * The probes of 2026-11-29 put the whole one-shot cost in the entry written at arrival ({@code +arrival} cost what the
+ * whole recorder did), and every placement of that write so far (in the shadow, after the wait, padded, compact) cost
+ * 20-60 ns. With the setting nothing is written at arrival: while a rank waits at its entry barrier, what the entry
+ * would say is already in memory, the descriptor it published into its own pad ({@link PadSynchronizer#arrive} writes
+ * it there as into the peers'), and the paths that need it (a failure, a timeout message) copy it in from there
+ * ({@link ControlPlane#failed}, SCHEDULED with its arguments, as before). The ring holds runs ({@link FlightRuns}):
+ * after the barrier passed ({@link #started(OpDescriptorLayout.Descriptor, String)}) a collective with the same name
+ * and arguments as the newest run, numbered right after it, costs one store (the run's last number) after loads of a
+ * line this core wrote the collective before; the return one store (the run's newest completed number); the begin and
+ * end stamps are stored only when the coarse clock's millisecond moved. A collective that differs opens a run (a
+ * barrier between all-reduces does, so such a loop writes two runs per pair: the old cost, after the wait). The
+ * dump expands the runs to the same per-collective records (FlightRecorderRunsTest compares them with this layout's),
+ * except that a collective inside a run has no times of its own (null: between its run's first and last, which keep
+ * theirs, as does the one in flight); each record of a longer run names it ({@code "run": {"firstSeq", "lastSeq"}}).
+ * A failure splits the failed collective off its run. Made the default because the helpers' loaded 2-core VM did not
+ * show it slower (it resolves nothing there: +0.4 % with an interval of ±35 %); not measured on 16 cores yet:
+ * {@code FlightRecorderCostBench --arrivals in-shadow,in-shadow+runs,in-shadow+none,in-shadow+runs+none} decides
+ * whether it stays (the benchmark's cells set the layout explicitly, {@code in-shadow} being the entry layout).
+ *
  * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
  * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread
  * that runs the communicator's collectives, so program order is enough. A reader on another thread (a watchdog
@@ -140,6 +167,12 @@ public final class FlightRecorder {
      * one, so at most {@code capacity - 1} come after the oldest live entry's.
      */
     private static final boolean COMPACT = Configuration.FLIGHT_RECORDER_COMPACT.get() && !Configuration.FLIGHT_RECORDER_PADDED.get();
+    /**
+     * Whether the recorder keeps runs of equal consecutive collectives ({@link FlightRuns}) instead of an entry per
+     * collective, and writes nothing at arrival: {@link Configuration#FLIGHT_RECORDER_RUNS}, read once per JVM (C2
+     * folds every branch on it); it wins over padded and compact.
+     */
+    static final boolean RUNS = Configuration.FLIGHT_RECORDER_RUNS.get();
     private static final int STRIDE = COMPACT ? 4 : 8;
     private static final int SEQ = 0;
     private static final int COUNT = 1;
@@ -182,6 +215,8 @@ public final class FlightRecorder {
 
     /** Every entry's 8 longs, entry after entry (see the class comment), from {@link #HEAD}. */
     private final long[] ring;
+    /** The run-length layout's ring when {@link #RUNS}; else null. */
+    private final FlightRuns runs;
     /** The entries' operation names, from {@link #WHAT_HEAD}; compact: only those spilled, null until one is. */
     private String[] what;
     /** Compact: (count, bytes, memory id, memory offset) records, 4 longs each, a ring of {@code capacity}; else null. */
@@ -209,11 +244,12 @@ public final class FlightRecorder {
         this.worldSize = worldSize;
         this.communicator = communicator;
         this.mask = capacity - 1;
-        this.ring = new long[HEAD + capacity * STRIDE + TAIL];
-        this.what = COMPACT ? null : new String[WHAT_HEAD + capacity + WHAT_HEAD];
-        this.args = COMPACT ? new long[4 * capacity] : null;
-        this.names = COMPACT ? new String[8] : null;
-        if (PADDED) {
+        this.runs = RUNS ? new FlightRuns(capacity) : null;
+        this.ring = RUNS ? null : new long[HEAD + capacity * STRIDE + TAIL];
+        this.what = COMPACT || RUNS ? null : new String[WHAT_HEAD + capacity + WHAT_HEAD];
+        this.args = COMPACT && !RUNS ? new long[4 * capacity] : null;
+        this.names = COMPACT && !RUNS ? new String[8] : null;
+        if (PADDED && !RUNS) {
             ring[LAST_SEQ_AT] = -1;
             ring[STARTED_SEQ_AT] = -1;
         }
@@ -221,10 +257,16 @@ public final class FlightRecorder {
 
     /** {@return the newest collective recorded; firstSeq - 1 while none} */
     private long lastSeq() {
+        if (RUNS) {
+            return Math.max(runs.lastSeq(), firstSeq - 1);
+        }
         return PADDED ? ring[LAST_SEQ_AT] : lastSeq;
     }
 
     private void lastSeq(long s) {
+        if (RUNS) {
+            return; // derived from the newest run
+        }
         if (PADDED) {
             ring[LAST_SEQ_AT] = s;
         } else {
@@ -314,11 +356,15 @@ public final class FlightRecorder {
      * @param operation the collective's name, a constant ("all-reduce")
      */
     public void arrived(OpDescriptorLayout.Descriptor d, String operation) {
+        if (RUNS) {
+            runs.scheduled(d, operation); // only off the hot path: the failure and message paths
+            return;
+        }
         long s = d.seq();
         int i = WHAT_HEAD + (int) (s & mask);
         int e = entryAt(s);
         long[] r = ring;
-        int shape = d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
+        int shape = shapeOf(d);
         if (COMPACT) {
             r[e + SEQ] = s;
             r[e + BEGUN] = CoarseClock.millis();
@@ -339,6 +385,26 @@ public final class FlightRecorder {
             what[i] = operation;
         }
         lastSeq(s);
+    }
+
+    /**
+     * {@return a descriptor's kind, dtype, op and algorithm in one int}: kind+1 | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 |
+     * algorithm+1 &lt;&lt; 24 (0: no arguments).
+     *
+     * @param d the descriptor
+     */
+    static int shapeOf(OpDescriptorLayout.Descriptor d) {
+        return d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
+    }
+
+    /**
+     * A collective began on this rank (the control plane's {@code begin}): the run-length layout keeps its begin
+     * time, stored only when the coarse clock's millisecond moved; nothing in the other layouts.
+     */
+    public void begun() {
+        if (RUNS) {
+            runs.begun();
+        }
     }
 
     /** Compact: the arguments' slot in {@link #args}, shifted into place, appending a record when they changed. */
@@ -413,6 +479,9 @@ public final class FlightRecorder {
      * @return true when {@code s}'s entry is still to be written
      */
     boolean lacksEntry(long s) {
+        if (RUNS) {
+            return s >= firstSeq && runs.find(s) < 0;
+        }
         return s >= firstSeq && (s > lastSeq() || ring[entryAt(s) + SEQ] != s);
     }
 
@@ -422,10 +491,29 @@ public final class FlightRecorder {
      * @param s its sequence number
      */
     public void started(long s) {
+        if (RUNS) {
+            runs.startScheduled(s); // without its arguments: only a run copied in at arrival can start here
+            return;
+        }
         if (PADDED) {
             ring[STARTED_SEQ_AT] = s;
         } else {
             startedSeq = s;
+        }
+    }
+
+    /**
+     * Collective {@code d.seq()} passed its entry barrier with these arguments (the control plane's call): in the
+     * run-length layout the collective's one write ({@link FlightRuns#started}); else {@link #started(long)}.
+     *
+     * @param d         its descriptor, as every rank agreed on it
+     * @param operation its name, a constant ("all-reduce")
+     */
+    public void started(OpDescriptorLayout.Descriptor d, String operation) {
+        if (RUNS) {
+            runs.started(d, operation);
+        } else {
+            started(d.seq());
         }
     }
 
@@ -435,6 +523,10 @@ public final class FlightRecorder {
      * @param s its sequence number
      */
     public void completed(long s) {
+        if (RUNS) {
+            runs.completed(s);
+            return;
+        }
         int e = entryAt(s);
         long[] r = ring;
         if (r[e + SEQ] == s && r[e + ENDED] == 0) {
@@ -464,6 +556,10 @@ public final class FlightRecorder {
      * @return the dump's file, or null when it was dumped already or could not be written (logged)
      */
     public Path failed(long s, String operation, Throwable reason) {
+        if (RUNS) {
+            runs.failed(s, operation, CoarseClock.millis(), firstSeq);
+            return dumpOnce(s, reason);
+        }
         int i = WHAT_HEAD + (int) (s & mask);
         int e = entryAt(s);
         long[] r = ring;
@@ -481,6 +577,11 @@ public final class FlightRecorder {
         }
         r[e + SHAPE_FAILED] |= FAILED_FLAG;
         r[e + ENDED] = now;
+        return dumpOnce(s, reason);
+    }
+
+    /** Dumps the ring for failed collective {@code s}, once per collective; null when it was dumped already. */
+    private Path dumpOnce(long s, Throwable reason) {
         if (s == lastDumpedFailureSeq) {
             return null;
         }
@@ -528,20 +629,57 @@ public final class FlightRecorder {
      */
     public String lastOps(int n) {
         StringBuilder b = new StringBuilder();
-        long recorded = recorded();
-        for (long k = Math.max(0, recorded - Math.min(n, capacity())); k < recorded; k++) {
-            long q = firstSeq + k;
-            int i = WHAT_HEAD + (int) (q & mask);
-            int e = entryAt(q);
-            if (ring[e + SEQ] != q) {
-                continue; // began but neither arrived nor failed: not recorded
-            }
+        for (Op o : ops(n)) {
             if (b.length() > 0) {
                 b.append(", ");
             }
-            b.append(nameOf(e, i)).append('#').append(q).append(' ').append(stateOf(e));
+            b.append(o.name()).append('#').append(o.seq()).append(' ').append(o.state());
         }
         return b.length() == 0 ? "none" : b.toString();
+    }
+
+    /**
+     * One recorded collective as a dump shows it, whatever the layout keeps.
+     *
+     * @param seq      its sequence number
+     * @param name     its name
+     * @param shape    kind, dtype, op, algorithm ({@link #shapeOf}; 0: failed before it arrived)
+     * @param count    elements
+     * @param bytes    buffer bytes
+     * @param memoryId symmetric region, -1 for staged buffers
+     * @param memoryOffset offset in it
+     * @param state    where it got to
+     * @param begun    epoch ms it began, null where not kept (inside a run)
+     * @param ended    epoch ms it ended, 0 while it has not, null where not kept (inside a run)
+     * @param runFirst the first collective of its run (run-length layout), else seq
+     * @param runLast  the last of its run, else seq
+     */
+    record Op(long seq, String name, int shape, long count, long bytes, long memoryId, long memoryOffset, State state,
+              Long begun, Long ended, long runFirst, long runLast) {
+    }
+
+    /** The recorded collectives among the newest {@code n} numbers (at most the ring's capacity), oldest first. */
+    private List<Op> ops(int n) {
+        long last = lastSeq();
+        long from = Math.max(firstSeq, last - Math.min(n, capacity()) + 1);
+        if (RUNS) {
+            return runs.ops(from, Math.min(n, capacity()));
+        }
+        List<Op> out = new ArrayList<>();
+        long[] r = ring;
+        for (long q = from; q <= last; q++) {
+            int i = WHAT_HEAD + (int) (q & mask);
+            int e = entryAt(q);
+            if (r[e + SEQ] != q) {
+                continue; // began but neither arrived nor failed: not recorded
+            }
+            int sh = (int) (r[e + SHAPE_FAILED] & SHAPE_MASK);
+            boolean hasShape = (sh & 0xff) != 0;
+            out.add(new Op(q, nameOf(e, i), sh, hasShape ? argument(e, COUNT) : -1, hasShape ? argument(e, BYTES) : -1,
+                    hasShape ? argument(e, MEMORY_ID) : -1, hasShape ? argument(e, MEMORY_OFFSET) : 0, stateOf(e),
+                    r[e + BEGUN], r[e + ENDED], q, q));
+        }
+        return out;
     }
 
     /**
@@ -569,34 +707,31 @@ public final class FlightRecorder {
                 .append(",\"recorded\":").append(recorded)
                 .append(",\"ops\":[");
         boolean first = true;
-        long[] r = ring;
-        for (long k = Math.max(0, recorded - capacity()); k < recorded; k++) {
-            long q = firstSeq + k;
-            int i = WHAT_HEAD + (int) (q & mask);
-            int e = entryAt(q);
-            if (r[e + SEQ] != q) {
-                continue; // began but neither arrived nor failed: not recorded
-            }
+        for (Op o : ops(capacity())) {
             if (!first) {
                 b.append(',');
             }
             first = false;
-            int sh = (int) (r[e + SHAPE_FAILED] & SHAPE_MASK);
+            int sh = o.shape();
             boolean hasShape = (sh & 0xff) != 0;
-            b.append("{\"seq\":").append(q)
-                    .append(",\"op\":\"").append(ChromeTraceWriter.jsonEscape(nameOf(e, i))).append('"')
+            b.append("{\"seq\":").append(o.seq())
+                    .append(",\"op\":\"").append(ChromeTraceWriter.jsonEscape(o.name())).append('"')
                     .append(",\"kind\":").append(hasShape ? "\"" + KINDS[(sh & 0xff) - 1].name().toLowerCase(Locale.ROOT) + "\"" : "null")
                     .append(",\"dtype\":").append(name(DType.values(), (sh >>> 8 & 0xff) - 1))
                     .append(",\"reduceOp\":").append(name(ReduceOp.values(), (sh >>> 16 & 0xff) - 1))
                     .append(",\"algorithm\":").append(name(Algorithm.values(), (sh >>> 24 & 0xff) - 1))
-                    .append(",\"count\":").append(hasShape ? argument(e, COUNT) : -1)
-                    .append(",\"bytes\":").append(hasShape ? argument(e, BYTES) : -1)
-                    .append(",\"memoryId\":").append(hasShape ? argument(e, MEMORY_ID) : -1)
-                    .append(",\"memoryOffset\":").append(hasShape ? argument(e, MEMORY_OFFSET) : 0)
-                    .append(",\"state\":\"").append(stateOf(e)).append('"')
-                    .append(",\"begunMillis\":").append(r[e + BEGUN])
-                    .append(",\"endedMillis\":").append(r[e + ENDED])
-                    .append('}');
+                    .append(",\"count\":").append(hasShape ? o.count() : -1)
+                    .append(",\"bytes\":").append(hasShape ? o.bytes() : -1)
+                    .append(",\"memoryId\":").append(hasShape ? o.memoryId() : -1)
+                    .append(",\"memoryOffset\":").append(hasShape ? o.memoryOffset() : 0)
+                    .append(",\"state\":\"").append(o.state()).append('"')
+                    .append(",\"begunMillis\":").append(o.begun())
+                    .append(",\"endedMillis\":").append(o.ended());
+            if (o.runFirst() != o.runLast()) {
+                b.append(",\"run\":{\"firstSeq\":").append(o.runFirst()).append(",\"lastSeq\":").append(o.runLast())
+                        .append('}');
+            }
+            b.append('}');
         }
         return b.append("]}").toString();
     }

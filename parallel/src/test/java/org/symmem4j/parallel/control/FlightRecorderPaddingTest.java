@@ -24,8 +24,9 @@ import org.symmem4j.parallel.trace.Json;
  * {@code symmem4j.flight.recorder.padded} and {@code symmem4j.flight.recorder.compact} (read once per JVM) change where the recorder keeps its entries and
  * counters, never what it records: one call sequence (wrap-around, started-only, scheduled-only, a failure before
  * arriving, a failure after completing, a restart) gives the same dump and the same last collectives in a JVM with
- * the padding, in one with the compact entries and in one with neither, and the padded JVM's arrays carry the padding,
- * the compact one's entries are 4 longs with no name array.
+ * the padding, in one with the compact entries, in one with runs ({@code symmem4j.flight.recorder.runs}, where this
+ * sequence reaches the runs through the failure path's copy at arrival) and in one with none, and the padded JVM's
+ * arrays carry the padding, the compact one's entries are 4 longs with no name array.
  */
 class FlightRecorderPaddingTest {
 
@@ -34,11 +35,16 @@ class FlightRecorderPaddingTest {
         String unpadded = child(dir, "plain", false, false);
         String padded = child(dir, "padded", true, false);
         String compact = child(dir, "compact", false, true);
+        String runs = child(dir, "runs", false, false, "-D" + Configuration.FLIGHT_RECORDER_RUNS.property() + "=true");
         assertTrue(unpadded.contains("layout padded=false ring=32 what=4"), unpadded);
         assertTrue(padded.contains("layout padded=true ring=64 what=68"), padded);
         assertTrue(compact.contains("layout padded=false ring=16 what=none"), compact);
         assertEquals(records(unpadded), records(padded));
         assertEquals(records(unpadded), records(compact));
+        assertTrue(runs.contains("layout padded=false ring=none what=none"), runs);
+        assertEquals(records(unpadded), records(runs));
+        // #10-#13 are one run there, of which the ring of 4 shows #13, with its own times
+        assertTrue(runs.contains("run 13 of 10-13"), runs);
         assertTrue(records(padded).contains("all-reduce#9 FAILED"), padded);
         // #10-#13 share one record of arguments, which the compact ring kept while #14-#16 appended theirs
         assertTrue(records(compact).contains("bytes=52.0, count=13.0, dtype=FLOAT32, endedMillis=true, kind=all_reduce,"
@@ -49,14 +55,33 @@ class FlightRecorderPaddingTest {
         return out.lines().filter(l -> l.startsWith("record ")).reduce("", (a, b) -> a + b + "\n");
     }
 
-    private static String child(Path dir, String name, boolean padded, boolean compact) throws Exception {
+    private static String child(Path dir, String name, boolean padded, boolean compact, String... more) throws Exception {
+        return child(dir, name, FlightRecorderPaddingTest.class, padded, compact, more);
+    }
+
+    /**
+     * Runs {@code main}'s class in a child JVM with these layout settings and returns what it printed.
+     *
+     * @param dir     where its dumps go (a folder per name)
+     * @param name    the child's name
+     * @param main    the class whose main runs
+     * @param padded  {@code symmem4j.flight.recorder.padded}
+     * @param compact {@code symmem4j.flight.recorder.compact}
+     * @param more    further JVM flags
+     * @return its output
+     * @throws Exception when it cannot be run
+     */
+    static String child(Path dir, String name, Class<?> main, boolean padded, boolean compact, String... more)
+            throws Exception {
         String java = ProcessHandle.current().info().command().orElse("java");
-        Process p = new ProcessBuilder(java, "--enable-native-access=ALL-UNNAMED",
+        List<String> command = new ArrayList<>(List.of(java, "--enable-native-access=ALL-UNNAMED",
                 "-D" + Configuration.FLIGHT_RECORDER_PADDED.property() + "=" + padded,
                 "-D" + Configuration.FLIGHT_RECORDER_COMPACT.property() + "=" + compact,
                 "-D" + Configuration.FLIGHT_RECORDER_DIR.property() + "=" + dir.resolve("dumps-" + name),
-                "-cp", System.getProperty("java.class.path"), FlightRecorderPaddingTest.class.getName())
-                .redirectErrorStream(true).start();
+                "-D" + Configuration.FLIGHT_RECORDER_RUNS.property() + "=false")); // the entry layouts, unless more says
+        command.addAll(List.of(more)); // a later -D wins
+        command.addAll(List.of("-cp", System.getProperty("java.class.path"), main.getName()));
+        Process p = new ProcessBuilder(command).redirectErrorStream(true).start();
         String out = new String(p.getInputStream().readAllBytes());
         assertTrue(p.waitFor(60, TimeUnit.SECONDS), out);
         assertEquals(0, p.exitValue(), out);
@@ -103,7 +128,7 @@ class FlightRecorderPaddingTest {
         r.started(20);
         print(r);
         System.out.println("layout padded=" + Configuration.FLIGHT_RECORDER_PADDED.get() + " ring="
-                + ((long[]) field("ring").get(r)).length + " what="
+                + (field("ring").get(r) == null ? "none" : ((long[]) field("ring").get(r)).length) + " what="
                 + (field("what").get(r) == null ? "none" : ((String[]) field("what").get(r)).length));
     }
 
@@ -113,7 +138,13 @@ class FlightRecorderPaddingTest {
         return f;
     }
 
-    private static void print(FlightRecorder r) {
+    /**
+     * Prints {@code r}'s last collectives and its dump's records, with the clock's values reduced to whether they are
+     * set ("unknown": not kept, inside a run), each record's run printed on a line of its own.
+     *
+     * @param r the recorder
+     */
+    static void print(FlightRecorder r) {
         System.out.println("record lastOps " + r.lastOps(8) + " recorded=" + r.recorded());
         @SuppressWarnings("unchecked")
         Map<String, Object> json = (Map<String, Object>) Json.parse(r.toJson("x"));
@@ -123,8 +154,15 @@ class FlightRecorderPaddingTest {
             List<String> fields = new ArrayList<>();
             for (Map.Entry<String, Object> e : new java.util.TreeMap<>(op).entrySet()) {
                 Object v = e.getValue();
+                if (e.getKey().equals("run")) {
+                    @SuppressWarnings("unchecked")
+                    Map<String, Object> run = (Map<String, Object>) v;
+                    System.out.println("run " + Math.round((Double) op.get("seq")) + " of "
+                            + Math.round((Double) run.get("firstSeq")) + "-" + Math.round((Double) run.get("lastSeq")));
+                    continue;
+                }
                 if (e.getKey().endsWith("Millis")) {
-                    v = ((Double) v) != 0; // the clock: only whether it was stamped
+                    v = v == null ? "unknown" : (Object) (((Double) v) != 0); // the clock: only whether it was stamped
                 }
                 fields.add(e.getKey() + "=" + v);
             }
