@@ -106,10 +106,11 @@ class TensorParallelPipelineTest {
     }
 
     /**
-     * ZB-H1 with tensor-parallel stages: the blocks' layers run their whole backward (tp all-reduces included) in the
-     * input-gradient action, named in {@code unsplitBackwardLayers}, the other dense and output layers split; every tp
-     * rank of a stage runs the same actions in the same order, and the W actions hold no collective. Same arithmetic
-     * in the same order as 1F1B: bitwise equal parameters, updater state and losses, on dp x pp x tp and pp x tp.
+     * ZB-H1 with tensor-parallel stages: the blocks' column- and row-parallel layers split their backward as the other
+     * dense and output layers do (their tp all-reduces in the forward and input-gradient actions, the weight-gradient
+     * action local), so {@code unsplitBackwardLayers} is empty; every tp rank of a stage runs the same actions in the
+     * same order. Same arithmetic in the same order as 1F1B (and as the whole-backward fallback of the blocks, which
+     * equalled 1F1B bitwise): bitwise equal parameters, updater state and losses, on dp x pp x tp and pp x tp.
      */
     @ParameterizedTest(name = "dp={0} pp={1} tp={2} m={3}")
     @org.junit.jupiter.params.provider.CsvSource({"2, 2, 2, 4", "1, 4, 2, 8"})
@@ -122,33 +123,32 @@ class TensorParallelPipelineTest {
         List<Double> oneFOneBLosses = new java.util.ArrayList<>();
         try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(zb).ranks(pp).dataParallel(dp)
                 .tensorParallel(tp, BLOCKS).microbatches(microbatches).schedule(PipelineSchedule.ZERO_BUBBLE_H1).build()) {
-            List<String> unsplit = trainer.unsplitBackwardLayers();
-            assertEquals(2 * BLOCKS.length, unsplit.size(), "the blocks' layers run whole: " + unsplit);
-            for (int c : BLOCKS) {
-                assertTrue(unsplit.get(2 * (c / 2)).startsWith("layer " + c + " (ColumnParallelDenseLayer")
-                        && unsplit.get(2 * (c / 2) + 1).startsWith("layer " + (c + 1) + " (RowParallelDenseLayer")
-                        && unsplit.get(2 * (c / 2)).contains("tensor-parallel"), unsplit.toString());
-            }
+            assertEquals(List.of(), trainer.unsplitBackwardLayers(), "every layer splits, the blocks' too");
             for (DataSet batch : data) {
                 trainer.fit(batch);
                 zbLosses.add(trainer.lastStep().loss());
                 DataParallelPipelineTest.assertReplicasBitwiseEqual(trainer, dp);
                 assertReplicatedLayersBitwiseEqualOverTensorParallelRanks(trainer, tp);
             }
-            // the W actions compute the split layers' dW and db only: no block layer is split on any stage of any tp
-            // rank (so no W action reaches a tp all-reduce), and layers 6 (dense) and 7 (output) are
+            // the W actions compute every layer's dW and db on every stage of every tp rank: the blocks' 6
+            // column- and row-parallel layers (split from the start, in place) and layers 6 (dense) and 7 (output)
             for (int t = 0; t < tp; t++) {
                 int split = 0;
+                int blocks = 0;
                 for (Dl4jPipelineStage stage : trainer.replicaStages(0, t)) {
                     assertEquals((long) STEPS * microbatches, stage.weightPasses(), "tp rank " + t + ": W actions");
                     for (org.deeplearning4j.nn.api.Layer layer : stage.network().getLayers()) {
                         boolean block = layer.conf().getLayer() instanceof org.symmem4j.dl4j.tensor.TensorParallelDenseLayer;
-                        boolean splits = layer instanceof SplitBackward.Splittable;
-                        assertTrue(!(block && splits), "tp rank " + t + ": a block layer was split: " + layer);
+                        boolean splits = layer instanceof org.symmem4j.dl4j.layers.Splittable;
+                        assertTrue(splits, "tp rank " + t + ": a layer did not split: " + layer);
+                        assertTrue(!block || layer instanceof org.symmem4j.dl4j.tensor.TensorParallelDenseLayerImpl,
+                                "tp rank " + t + ": a block layer was replaced: " + layer);
                         split += splits ? 1 : 0;
+                        blocks += block ? 1 : 0;
                     }
                 }
-                assertEquals(2, split, "tp rank " + t + ": layers 6 and 7 split");
+                assertEquals(2 * BLOCKS.length, blocks, "tp rank " + t + ": the blocks' layers");
+                assertEquals(2 * BLOCKS.length + 2, split, "tp rank " + t + ": the blocks' layers and layers 6, 7 split");
             }
         }
         try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(oneFOneB).ranks(pp).dataParallel(dp)
