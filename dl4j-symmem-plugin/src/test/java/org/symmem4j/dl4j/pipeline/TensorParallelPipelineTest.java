@@ -162,6 +162,78 @@ class TensorParallelPipelineTest {
         assertEquals(oneFOneBLosses, zbLosses, "every step's loss, bitwise (as doubles)");
     }
 
+    /**
+     * The split of a block's layers on its own, on 2 tp ranks (a shard of {@link PipelineNets#mlp}, blocks 0-1, 2-3,
+     * 4-5, attached to the group): deferring, DL4J's backward leaves every weight and bias gradient view untouched
+     * (NaN-filled) and issues exactly the whole backward's tp sums; the weight halves then issue none and write the
+     * whole backward's gradient bit for bit, on every rank. Fails if a weight half held a collective or the input half
+     * missed one.
+     */
+    @Test
+    void blockLayersSplitWithTheirSumsInTheInputHalfAndNoneInTheWeightHalf() {
+        MultiLayerNetwork base = PipelineNets.mlp(PipelineNets.updater("adam"), 0.0, DataType.DOUBLE);
+        DataSet batch = PipelineNets.batches(5, 1, 8, DataType.DOUBLE).getFirst();
+        List<String> failures = org.symmem4j.parallel.group.InJvmWorld.runOnEveryRank(2,
+                org.symmem4j.parallel.GroupOptions.defaults().withTimeout(java.time.Duration.ofSeconds(60)), group -> {
+                    MultiLayerNetwork mine = TensorParallel.shard(base, group.rank(), 2, BLOCKS);
+                    // as in a stage: what the weight half keeps must outlive the backward's workspaces
+                    mine.getLayerWiseConfigurations().setTrainingWorkspaceMode(
+                            org.deeplearning4j.nn.conf.WorkspaceMode.NONE);
+                    try (org.symmem4j.parallel.Communicator c = org.symmem4j.parallel.Communicator.create(group)) {
+                        TensorParallel.attach(mine, c);
+                        org.symmem4j.dl4j.nd4j.ArrayCollectives comm =
+                                ((org.symmem4j.dl4j.tensor.TensorParallelDenseLayerImpl) mine.getLayer(0)).comm();
+                        mine.setInput(batch.getFeatures());
+                        mine.setLabels(batch.getLabels());
+                        long before = comm.sums();
+                        mine.computeGradientAndScore();
+                        long whole = comm.sums() - before;
+                        org.nd4j.linalg.api.ndarray.INDArray expected = mine.getGradientsViewArray().dup();
+
+                        org.deeplearning4j.nn.api.Layer[] layers = mine.getLayers();
+                        List<org.symmem4j.dl4j.layers.Splittable> splits = new java.util.ArrayList<>();
+                        for (int i = 0; i < layers.length; i++) {
+                            org.deeplearning4j.nn.api.Layer split = SplitBackward.splitOf(layers[i]);
+                            if (split == null) {
+                                return "rank " + group.rank() + ": layer " + i + " does not split";
+                            }
+                            if (i < 6 && split != layers[i]) {
+                                return "rank " + group.rank() + ": block layer " + i + " was replaced";
+                            }
+                            layers[i] = split;
+                            splits.add((org.symmem4j.dl4j.layers.Splittable) split);
+                            splits.getLast().defer(true);
+                        }
+                        mine.getGradientsViewArray().assign(Double.NaN);
+                        mine.setInput(batch.getFeatures());
+                        mine.setLabels(batch.getLabels());
+                        before = comm.sums();
+                        mine.computeGradientAndScore();
+                        long inputHalf = comm.sums() - before;
+                        for (double v : mine.getGradientsViewArray().toDoubleVector()) {
+                            if (!Double.isNaN(v)) {
+                                return "rank " + group.rank() + ": the input half wrote a weight gradient: " + v;
+                            }
+                        }
+                        before = comm.sums();
+                        for (org.symmem4j.dl4j.layers.Splittable s : splits) {
+                            s.weightGradient(s.takeDeferred());
+                            s.defer(false);
+                        }
+                        long weightHalf = comm.sums() - before;
+                        if (whole == 0 || inputHalf != whole || weightHalf != 0) {
+                            return "rank " + group.rank() + ": tp sums whole=" + whole + " input half=" + inputHalf
+                                    + " weight half=" + weightHalf;
+                        }
+                        if (!PipelineNets.bitwiseEqual(expected, mine.getGradientsViewArray())) {
+                            return "rank " + group.rank() + ": weight halves' gradient differs from the whole backward's";
+                        }
+                        return "";
+                    }
+                });
+        assertEquals(List.of("", ""), failures);
+    }
+
     /** No stage starts at a block's row-parallel layer: the trainer's own split keeps blocks whole. */
     private static void assertBlocksInsideStages(PipelineStageSplit split) {
         for (int s = 1; s < split.stageCount(); s++) {
