@@ -603,7 +603,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             ownedGroup = f.group();
             settings = settings.withGroup(f.group());
             workers = new DataParallelWorkers(model, settings, metrics);
-            return new Agreed(f.dead(), f.iteration());
+            // the survivors hold one step (HybridShrink checks it): the handed-out step, redone unless all completed it
+            return new Agreed(f.dead(), f.iteration(), lost.step(), f.iteration() == lost.iterationAtStart());
         }
         org.symmem4j.parallel.Group group;
         org.symmem4j.parallel.Group agreeing; // a mesh's survivors agree over the whole world: every tp rank alike

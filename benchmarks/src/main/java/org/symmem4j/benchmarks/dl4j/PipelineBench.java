@@ -119,6 +119,11 @@ public final class PipelineBench {
         List<String> schedules = new ArrayList<>(List.of("1f1b", "interleaved"));
         @Option(names = "--splits", paramLabel = "SPLIT", split = ",", description = "how stages are balanced: params, time")
         List<String> splits = new ArrayList<>(List.of("params", "time"));
+        @Option(names = "--tensor-parallel", paramLabel = "T", description = "tensor-parallel ranks per pipeline rank:"
+                + " the hidden layers' pairs (0-1, 2-3, ...) become Megatron blocks split over T, P x T threads per"
+                + " configuration (default 1: none; with T > 1 only --splits params, and the bound and single model stay"
+                + " one core per rank: compare the bubbles, not the speed-up)")
+        int tensorParallel = 1;
         @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
         Path out;
         @Option(names = "--raw", paramLabel = "FILE", description = "write every measured run as a CSV row to FILE (appended under"
@@ -135,7 +140,7 @@ public final class PipelineBench {
     record Options(List<Integer> ranks, int microbatchesPerRank, int batchPerMicrobatch, int features, int hidden, int layers,
                    int steps, int warmup, int reps, int threads, int singleSteps, double boundSeconds,
                    List<PipelineSchedule> schedules, List<String> splits, Path out, Path raw, String commit,
-                   String command, String machine) {
+                   String command, String machine, int tensorParallel) {
 
         static Options parse(String[] args) {
             return Cli.parse(new Flags(), args, f -> build(f, args));
@@ -175,8 +180,36 @@ public final class PipelineBench {
                     Cli.positive("--reps", f.reps), Cli.positive("--threads", f.threads),
                     f.singleSteps == null ? f.steps : Cli.positive("--single-steps", f.singleSteps),
                     nonNegativeSeconds(f.boundSeconds), schedules, splits, f.out,
-                    f.raw, f.commit, command, machine);
+                    f.raw, f.commit, command, machine, checkedTensorParallel(f, splits));
         }
+    }
+
+    /** {@code --tensor-parallel}: at least 1; above 1, the stages split by parameter count only. */
+    private static int checkedTensorParallel(Flags f, List<String> splits) {
+        int t = Cli.positive("--tensor-parallel", f.tensorParallel);
+        if (t > 1 && f.layers < 2) {
+            throw new IllegalArgumentException("--tensor-parallel=" + t + " with --layers=" + f.layers + ": expected at"
+                    + " least 2 hidden layers (fix: pass --layers 2 or more: a block is two dense layers)");
+        }
+        if (t > 1 && f.hidden % t != 0) {
+            throw new IllegalArgumentException("--tensor-parallel=" + t + " with --hidden=" + f.hidden + ": expected a"
+                    + " width divisible by T (fix: pass a --hidden that T divides)");
+        }
+        if (t > 1 && !splits.equals(List.of("params"))) {
+            throw new IllegalArgumentException("--tensor-parallel=" + t + " with --splits=" + String.join(",", splits)
+                    + ": expected params only (fix: pass --splits params: a profile of the unsharded network does not"
+                    + " time the shards)");
+        }
+        return t;
+    }
+
+    /** The first layers of the blocks {@code --tensor-parallel} splits: every pair of hidden layers, 0-1, 2-3, .... */
+    static int[] blockColumns(int hiddenLayers) {
+        int[] columns = new int[hiddenLayers / 2];
+        for (int b = 0; b < columns.length; b++) {
+            columns[b] = 2 * b;
+        }
+        return columns;
     }
 
     private static double nonNegativeSeconds(double seconds) {
@@ -238,8 +271,9 @@ public final class PipelineBench {
         Nd4j.factory().blas().setMaxThreads(o.threads());
         SyntheticData data = new SyntheticData(o.features(), CLASSES, 7);
         MultiLayerNetwork model = PipelineParallelExample.deepMlp(o.features(), o.hidden(), CLASSES, o.layers());
-        log("pipeline bench: %d layers, %d parameters, ranks %s, %d microbatches per rank of %d examples, %d ND4J threads"
-                + " per rank, %d+%d steps x %d reps", model.getnLayers(), model.numParams(), o.ranks(),
+        log("pipeline bench: %d layers, %d parameters, ranks %s x tensor parallel %d, %d microbatches per rank of %d"
+                + " examples, %d ND4J threads per rank, %d+%d steps x %d reps", model.getnLayers(), model.numParams(),
+                o.ranks(), o.tensorParallel(),
                 o.microbatchesPerRank(), o.batchPerMicrobatch(), o.threads(), o.warmup(), o.steps(), o.reps());
         List<Config> configs = new ArrayList<>();
         List<String> skipped = new ArrayList<>();
@@ -388,6 +422,9 @@ public final class PipelineBench {
                 });
         if (profile != null) {
             builder.splitBy(profile);
+        }
+        if (o.tensorParallel() > 1) {
+            builder.tensorParallel(o.tensorParallel(), blockColumns(o.layers()));
         }
         try (PipelineParallelTrainer trainer = builder.build()) {
             for (int s = 0; s < o.warmup(); s++) {

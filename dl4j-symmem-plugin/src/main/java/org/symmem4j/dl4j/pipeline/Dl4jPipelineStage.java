@@ -23,6 +23,7 @@ import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.OptimizerStateShard;
 import org.symmem4j.dl4j.ZeroStage;
+import org.symmem4j.dl4j.layers.Splittable;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.symmem4j.parallel.Invariants;
@@ -98,9 +99,9 @@ public final class Dl4jPipelineStage implements StageCompute {
     /** By layer: how many microbatches' gradients of the layer the step's gradient holds. */
     private int[] layerSums = new int[0];
     /** By layer, once the stage ran an input-gradient pass: the split implementation in DL4J's place, or null. */
-    private SplitBackward.Splittable[] splits;
+    private Splittable[] splits;
     /** By microbatch and layer: what the weight-gradient pass needs, from the input-gradient pass until it runs. */
-    private SplitBackward.Deferred[][] deferred = new SplitBackward.Deferred[0][];
+    private Splittable.Deferred[][] deferred = new Splittable.Deferred[0][];
     private long weightPasses;
     /** The gradient DL4J's backprop returned: per-parameter views of the flat gradient view, which the updater expects. */
     private Gradient gradientViews;
@@ -270,7 +271,7 @@ public final class Dl4jPipelineStage implements StageCompute {
             heldActivations = new INDArray[count];
             heldGradients = new INDArray[count];
             layerInputs = new INDArray[count][];
-            deferred = new SplitBackward.Deferred[count][];
+            deferred = new Splittable.Deferred[count][];
         }
         layerSums = new int[layers.length];
         for (BatchNormRunningStats bn : batchNorms) {
@@ -353,7 +354,7 @@ public final class Dl4jPipelineStage implements StageCompute {
         } finally {
             setDeferring(false);
         }
-        SplitBackward.Deferred[] kept = new SplitBackward.Deferred[layers.length];
+        Splittable.Deferred[] kept = new Splittable.Deferred[layers.length];
         boolean[] now = new boolean[layers.length];
         for (int i = 0; i < layers.length; i++) {
             if (splits[i] == null) {
@@ -376,7 +377,7 @@ public final class Dl4jPipelineStage implements StageCompute {
     @Override
     public void backwardWeight(int microbatch) {
         requireStep(microbatch, "weight-gradient");
-        SplitBackward.Deferred[] kept = deferred[microbatch];
+        Splittable.Deferred[] kept = deferred[microbatch];
         if (kept == null) {
             throw Invariants.violated("stage " + stage + " got the weight gradient of microbatch " + microbatch
                     + " before its input gradient (or twice): the schedule must run I before W");
@@ -404,18 +405,18 @@ public final class Dl4jPipelineStage implements StageCompute {
 
     /** Puts the split layers in place of DL4J's (in the network's layer array, which this stage shares). */
     private void installSplit() {
-        splits = new SplitBackward.Splittable[layers.length];
+        splits = new Splittable[layers.length];
         for (int i = 0; i < layers.length; i++) {
             Layer split = SplitBackward.splitOf(layers[i]);
             if (split != null) {
                 layers[i] = split;
-                splits[i] = (SplitBackward.Splittable) split;
+                splits[i] = (Splittable) split;
             }
         }
     }
 
     private void setDeferring(boolean on) {
-        for (SplitBackward.Splittable s : splits) {
+        for (Splittable s : splits) {
             if (s != null) {
                 s.defer(on);
             }

@@ -21,9 +21,10 @@ public enum PipelineSchedule {
      * ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism"): 1F1B with each backward split into its input-gradient
      * action, which the previous stage waits for, and its weight-gradient action, which fills the cool-down; bubble
      * about (p - 1)/(3m) of the work instead of (p - 1)/m, with 1F1B's peak of p microbatches in flight. Dense,
-     * output and 2-D convolution layers split their backward ({@code SplitBackward}: bitwise the unsplit backward);
-     * other layers with parameters, and the blocks' column- and row-parallel layers under tensor parallelism (their
-     * backward may hold a tp all-reduce), run their whole backward in the input-gradient action
+     * output and 2-D convolution layers split their backward ({@code SplitBackward}: bitwise the unsplit backward), the
+     * blocks' column- and row-parallel layers under tensor parallelism too (their tp all-reduces stay in the forward and
+     * input-gradient actions; the weight-gradient action is local); other layers with parameters run their whole
+     * backward in the input-gradient action
      * ({@link PipelineParallelTrainer#unsplitBackwardLayers()} names them). One stage per rank.
      */
     ZERO_BUBBLE_H1("zb-h1");

@@ -248,9 +248,9 @@ final class PipelineTensorParallelCheckpoints {
     private static long fingerprint(MultiLayerNetwork stage) {
         StringBuilder b = new StringBuilder("updater=").append(UpdaterStateCopy.fingerprint(stage.getUpdater(true)));
         for (Layer layer : stage.getLayers()) {
-            // a ZB-H1 split layer (SplitBackward) stands for the DL4J layer it extends: a file saved after the split
-            // was put in place restores into stages that have not split yet, and the reverse
-            Class<?> kind = layer instanceof SplitBackward.Splittable ? layer.getClass().getSuperclass() : layer.getClass();
+            // a ZB-H1 split layer put in place of DL4J's (SplitBackward) stands for the DL4J layer it extends: a file
+            // saved after the split was put in place restores into stages that have not split yet, and the reverse
+            Class<?> kind = SplitBackward.replaced(layer) ? layer.getClass().getSuperclass() : layer.getClass();
             b.append(';').append(kind.getSimpleName());
             for (Map.Entry<String, INDArray> p : layer.paramTable(false).entrySet()) {
                 b.append(',').append(p.getKey()).append(Arrays.toString(p.getValue().shape()));

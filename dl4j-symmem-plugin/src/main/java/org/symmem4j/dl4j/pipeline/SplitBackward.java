@@ -22,6 +22,9 @@ import org.nd4j.linalg.api.shape.Shape;
 import org.nd4j.linalg.convolution.Convolution;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.lossfunctions.ILossFunction;
+import org.symmem4j.dl4j.layers.SplitDenseLayer;
+import org.symmem4j.dl4j.layers.Splittable;
+import org.symmem4j.dl4j.layers.Splittable.Deferred;
 import org.symmem4j.parallel.Invariants;
 
 /**
@@ -31,7 +34,7 @@ import org.symmem4j.parallel.Invariants;
  *
  * <p>A split layer replaces DL4J's implementation in the stage network's layer array (as synchronized BatchNorm does)
  * and, while {@link Splittable#defer deferring}, runs exactly the operations of DL4J 1.0.0-M2.1's own
- * {@code backpropGradient} except the weight gradient's: for a {@link Dense} layer those of {@code BaseLayer}
+ * {@code backpropGradient} except the weight gradient's: for a dense layer ({@link SplitDenseLayer}) those of {@code BaseLayer}
  * (pre-activation with dropout on the input, the activation's backprop {@code dZ}, the mask, the input gradient
  * {@code W · dZᵀ}, dropout's backprop); for an {@link Output} layer those of {@code BaseOutputLayer} ({@code dZ} from
  * the loss function); for a {@link Conv2d} layer those of {@code ConvolutionLayer} (im2col, {@code dZ}, the input
@@ -42,7 +45,17 @@ import org.symmem4j.parallel.Invariants;
  * Same operations on the same arrays: the gradients are bitwise those of the unsplit backward. Not deferring, the
  * layers are DL4J's.
  *
- * <p>What splits: {@code DenseLayer} without layer normalization, {@code OutputLayer} and the 2-D
+ * <p>The tensor-parallel dense layers of a Megatron block are {@link SplitDenseLayer}s from the start (they stay in
+ * place): their group's sums are where DL4J's backward has them, outside the weight half. A column-parallel layer's
+ * input gradient is all-reduced over the tp group in the input half, as its whole backward does; a row-parallel
+ * layer's pre-activation sum is the forward's (or, for a microbatch whose forward was not the layer's last, recomputed
+ * with its all-reduce in the input half). The weight half is the local {@code dW}, {@code db} of the rank's shard: no
+ * collective. So the tp collectives are in F and I actions only, and every tp rank of a stage runs the same schedule
+ * (a function of the pipeline rank, the stage and the microbatch count, never of the tp rank) in the same order: they
+ * meet in the same order on every rank, however the schedule interleaves the W actions of other microbatches.
+ *
+ * <p>What splits: {@code DenseLayer} without layer normalization (the column- and row-parallel ones too),
+ * {@code OutputLayer} and the 2-D
  * {@code ConvolutionLayer} (with or without bias; without weight noise, and without DL4J's cuDNN/oneDNN helpers, which
  * are off unless {@code org.eclipse.deeplearning4j.helpers.disable=false}). Layers without parameters (activation,
  * dropout, pooling and subsampling, {@code LossLayer} and the other loss layers) have no weight gradient: their whole
@@ -56,80 +69,23 @@ final class SplitBackward {
     /** DL4J's switch for its cuDNN and oneDNN layer helpers (true, the default: no helpers). */
     private static final String HELPERS_DISABLED = "org.eclipse.deeplearning4j.helpers.disable";
 
-    /**
-     * Why a tensor-parallel layer runs whole: its backward may hold a collective of the tp group, so it stays in the
-     * input-gradient action, where every tp rank of the stage runs the same actions in the same order (the W actions
-     * of the layers that split are local products, no collective).
-     */
-    private static final String TENSOR_PARALLEL = "a tensor-parallel layer's split is not built yet: it runs its whole"
-            + " backward in the input-gradient action, in the same order on every tp rank";
-
     private SplitBackward() {
     }
 
     /**
-     * What the weight half of one layer's backward needs, the operands of {@code dW}'s product: the layer's input
-     * (after dropout; a convolution's im2col patches) and {@code dZ} (a convolution's as {@code [outDepth, rows]}).
-     */
-    record Deferred(INDArray input, INDArray delta) {
-    }
-
-    /** Whether a split layer defers, and what its last deferred backward kept. */
-    static final class DeferredSlot {
-        private boolean deferring;
-        private Deferred kept;
-    }
-
-    /** A layer whose backward splits: DL4J's, with its weight gradient deferred while {@link #defer} is on. */
-    interface Splittable {
-
-        /** The layer's deferring state. */
-        DeferredSlot slot();
-
-        /**
-         * Turns deferring on or off: on, {@code backpropGradient} computes the input gradient only and keeps what the
-         * weight gradient needs ({@link #takeDeferred}); off, it is DL4J's.
-         */
-        default void defer(boolean on) {
-            slot().deferring = on;
-        }
-
-        /** Whether the next backward defers its weight gradient. */
-        default boolean deferring() {
-            return slot().deferring;
-        }
-
-        /** Keeps what the weight half needs, until {@link #takeDeferred}. */
-        default void keep(Deferred deferred) {
-            slot().kept = deferred;
-        }
-
-        /** What the last deferred backward kept, handed over once; null when none is held. */
-        default Deferred takeDeferred() {
-            Deferred d = slot().kept;
-            slot().kept = null;
-            return d;
-        }
-
-        /**
-         * The input half of the layer's backward, what {@code backpropGradient} runs while deferring: DL4J's
-         * operations in DL4J's order without the weight gradient's, {@linkplain #keep keeping} the weight half's
-         * operands.
-         */
-        Pair<Gradient, INDArray> inputHalf(INDArray epsilon, LayerWorkspaceMgr workspaceMgr);
-
-        /** The weight half of a deferred backward: {@code dW} and {@code db} into the layer's gradient views. */
-        void weightGradient(Deferred deferred);
-    }
-
-    /**
      * The split implementation to put in place of {@code layer}, sharing its configuration, parameters and gradient
-     * views; null when the layer does not split ({@link #whyUnsplit}).
+     * views; {@code layer} itself when it is split already (a tensor-parallel dense layer); null when the layer does
+     * not split ({@link #whyUnsplit}).
      */
     static Layer splitOf(Layer layer) {
+        if (layer instanceof Splittable && whyUnsplit(layer.conf().getLayer()) == null) {
+            // a tensor-parallel dense layer: split already, its group's sums in DL4J's backward (SplitDenseLayer)
+            layer.allowInputModification(false); // as copyState: the stage keeps every layer's input
+            return layer;
+        }
         if (layer.getClass() == org.deeplearning4j.nn.layers.feedforward.dense.DenseLayer.class
                 && whyUnsplit(layer.conf().getLayer()) == null) {
-            return copyState(layer, new Dense(layer.conf(), ((org.deeplearning4j.nn.layers.AbstractLayer<?>) layer).getDataType()));
+            return copyState(layer, new SplitDenseLayer(layer.conf(), ((org.deeplearning4j.nn.layers.AbstractLayer<?>) layer).getDataType()));
         }
         if (layer.getClass() == org.deeplearning4j.nn.layers.OutputLayer.class
                 && whyUnsplit(layer.conf().getLayer()) == null) {
@@ -148,14 +104,14 @@ final class SplitBackward {
      * no parameters (no weight gradient to defer).
      */
     static String whyUnsplit(org.deeplearning4j.nn.conf.layers.Layer layer) {
-        if (layer instanceof org.symmem4j.dl4j.tensor.ColumnParallelDenseLayer) {
-            return TENSOR_PARALLEL + " (its input gradient is all-reduced over the tp group inside DL4J's backward)";
+        if (layer instanceof org.symmem4j.dl4j.tensor.VocabParallelOutputLayer
+                || layer instanceof org.symmem4j.dl4j.tensor.VocabParallelEmbeddingLayer) {
+            return "a vocabulary-parallel layer's split is not built (the pipeline trainer shards Megatron blocks only,"
+                    + " so none reaches a stage)";
         }
-        if (layer instanceof org.symmem4j.dl4j.tensor.RowParallelDenseLayer) {
-            return TENSOR_PARALLEL + " (the backward of a microbatch whose forward was not the layer's last recomputes"
-                    + " the pre-activation, all-reduced over the tp group)";
-        }
-        boolean dense = layer.getClass() == org.deeplearning4j.nn.conf.layers.DenseLayer.class;
+        // a block's column- and row-parallel layers are SplitDenseLayers: their tp sums stay in F and B, W is local
+        boolean dense = layer.getClass() == org.deeplearning4j.nn.conf.layers.DenseLayer.class
+                || layer instanceof org.symmem4j.dl4j.tensor.TensorParallelDenseLayer;
         boolean output = layer.getClass() == org.deeplearning4j.nn.conf.layers.OutputLayer.class;
         if (dense || output) {
             BaseLayer base = (BaseLayer) layer;
@@ -184,9 +140,18 @@ final class SplitBackward {
     }
 
     /**
+     * Whether {@code layer} is one that {@link #splitOf} put in place of DL4J's (it stands for the DL4J class it
+     * extends), rather than a layer that was split from the start (a tensor-parallel dense layer).
+     */
+    static boolean replaced(Layer layer) {
+        return layer.getClass() == SplitDenseLayer.class || layer.getClass() == Output.class
+                || layer.getClass() == Conv2d.class;
+    }
+
+    /**
      * {@link #unsplitLayers(MultiLayerConfiguration)} of the stages' layers: with {@code tensorParallel > 1}, those of
      * the shard configuration ({@code TensorParallel.shardConfiguration}), whose blocks' column- and row-parallel
-     * layers run whole.
+     * layers split as dense layers do.
      */
     static List<String> unsplitLayers(MultiLayerConfiguration conf, int tensorParallel, int[] columnLayers) {
         return unsplitLayers(tensorParallel > 1
@@ -226,88 +191,17 @@ final class SplitBackward {
         return replacement;
     }
 
-    /**
-     * The input gradient of a dense or output layer, as DL4J's {@code BaseLayer} and {@code BaseOutputLayer} compute
-     * it: {@code (W · dZᵀ)ᵀ}, the product into an uninitialized activation-gradient array.
-     */
-    private static INDArray denseInputGradient(INDArray w, INDArray delta, LayerWorkspaceMgr workspaceMgr) {
-        INDArray epsilonNext = workspaceMgr.createUninitialized(ArrayType.ACTIVATION_GRAD, delta.dataType(),
-                new long[]{w.size(0), delta.size(0)}, 'f');
-        return w.mmuli(delta.transpose(), epsilonNext).transpose();
-    }
-
-    /**
-     * The weight half of a dense or output layer, with DL4J's calls: {@code db = sum(dZ)} into the bias view (when
-     * there is one) and {@code dW = inputᵀ · dZ} into the weight view. The two write disjoint views from the same
-     * operands, so their order does not change a bit.
-     */
-    private static void denseWeightHalf(Deferred d, INDArray weightGrad, INDArray biasGradOrNull) {
-        if (biasGradOrNull != null) {
-            d.delta().sum(biasGradOrNull, 0);
-        }
-        Nd4j.gemm(d.input().castTo(weightGrad.dataType()), d.delta(), weightGrad, true, false, 1.0, 0.0);
-    }
-
-    /** DL4J's dense layer; deferring, {@code BaseLayer.backpropGradient} without its weight gradient. */
-    static final class Dense extends org.deeplearning4j.nn.layers.feedforward.dense.DenseLayer implements Splittable {
-
-        private final DeferredSlot slot = new DeferredSlot();
-
-        Dense(NeuralNetConfiguration conf, org.nd4j.linalg.api.buffer.DataType dataType) {
-            super(conf, dataType);
-        }
-
-        @Override
-        public DeferredSlot slot() {
-            return slot;
-        }
-
-        @Override
-        public Pair<Gradient, INDArray> backpropGradient(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
-            return deferring() ? inputHalf(epsilon, workspaceMgr) : super.backpropGradient(epsilon, workspaceMgr);
-        }
-
-        @Override
-        public Pair<Gradient, INDArray> inputHalf(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
-            // BaseLayer.backpropGradient of DL4J 1.0.0-M2.1, in its order, the weight gradient left out
-            assertInputSet(true);
-            INDArray z = preOutputWithPreNorm(true, true, workspaceMgr).getFirst();
-            INDArray delta = layerConf().getActivationFn().backprop(z, epsilon).getFirst();
-            if (maskArray != null) {
-                applyMask(delta);
-            }
-            Gradient ret = new DefaultGradient();
-            if (hasBias()) {
-                ret.gradientForVariable().put(DefaultParamInitializer.BIAS_KEY, gradientViews.get(DefaultParamInitializer.BIAS_KEY));
-            }
-            INDArray epsilonNext = denseInputGradient(
-                    getParamWithNoise(DefaultParamInitializer.WEIGHT_KEY, true, workspaceMgr), delta, workspaceMgr);
-            ret.gradientForVariable().put(DefaultParamInitializer.WEIGHT_KEY,
-                    gradientViews.get(DefaultParamInitializer.WEIGHT_KEY));
-            weightNoiseParams.clear();
-            epsilonNext = backpropDropOutIfPresent(epsilonNext);
-            keep(new Deferred(input, delta));
-            return new Pair<>(ret, epsilonNext);
-        }
-
-        @Override
-        public void weightGradient(Deferred d) {
-            denseWeightHalf(d, gradientViews.get(DefaultParamInitializer.WEIGHT_KEY),
-                    hasBias() ? gradientViews.get(DefaultParamInitializer.BIAS_KEY) : null);
-        }
-    }
-
     /** DL4J's output layer; deferring, {@code BaseOutputLayer.backpropGradient} without its weight gradient. */
     static final class Output extends org.deeplearning4j.nn.layers.OutputLayer implements Splittable {
 
-        private final DeferredSlot slot = new DeferredSlot();
+        private final Slot slot = new Slot();
 
         Output(NeuralNetConfiguration conf, org.nd4j.linalg.api.buffer.DataType dataType) {
             super(conf, dataType);
         }
 
         @Override
-        public DeferredSlot slot() {
+        public Slot slot() {
             return slot;
         }
 
@@ -332,7 +226,7 @@ final class SplitBackward {
                         gradientViews.get(DefaultParamInitializer.BIAS_KEY));
             }
             delta = workspaceMgr.leverageTo(ArrayType.ACTIVATION_GRAD, delta);
-            INDArray epsilonNext = denseInputGradient(
+            INDArray epsilonNext = SplitDenseLayer.inputGradient(
                     getParamWithNoise(DefaultParamInitializer.WEIGHT_KEY, true, workspaceMgr), delta, workspaceMgr);
             epsilonNext = backpropDropOutIfPresent(epsilonNext);
             keep(new Deferred(input, delta));
@@ -341,7 +235,7 @@ final class SplitBackward {
 
         @Override
         public void weightGradient(Deferred d) {
-            denseWeightHalf(d, gradientViews.get(DefaultParamInitializer.WEIGHT_KEY),
+            SplitDenseLayer.weightHalf(d, gradientViews.get(DefaultParamInitializer.WEIGHT_KEY),
                     hasBias() ? gradientViews.get(DefaultParamInitializer.BIAS_KEY) : null);
         }
     }
@@ -360,14 +254,14 @@ final class SplitBackward {
     static final class Conv2d extends org.deeplearning4j.nn.layers.convolution.ConvolutionLayer
             implements Splittable {
 
-        private final DeferredSlot slot = new DeferredSlot();
+        private final Slot slot = new Slot();
 
         Conv2d(NeuralNetConfiguration conf, org.nd4j.linalg.api.buffer.DataType dataType) {
             super(conf, dataType);
         }
 
         @Override
-        public DeferredSlot slot() {
+        public Slot slot() {
             return slot;
         }
 

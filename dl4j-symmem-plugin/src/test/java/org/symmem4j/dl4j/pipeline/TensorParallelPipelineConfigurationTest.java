@@ -144,6 +144,33 @@ class TensorParallelPipelineConfigurationTest {
         }
     }
 
+    /**
+     * A chain graph with tensor-parallel blocks under ZB-H1, the blocks' layers split: bitwise its own 1F1B run on
+     * dp x pp x tp = 2 x 2 x 2, every layer split (none named by {@code unsplitBackwardLayers}).
+     */
+    @Test
+    void aChainGraphUnderZeroBubbleEqualsOneFOneBBitwise() {
+        List<DataSet> data = PipelineNets.batches(37, STEPS, 8, DataType.DOUBLE);
+        MultiLayerNetwork network = new MultiLayerNetwork(conf().clone());
+        network.init();
+        ComputationGraph zb = network.clone().toComputationGraph();
+        ComputationGraph oneFOneB = network.clone().toComputationGraph();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(zb).ranks(2).dataParallel(2)
+                .tensorParallel(2, BLOCKS).microbatches(4).schedule(PipelineSchedule.ZERO_BUBBLE_H1)
+                .ompThreadsPerRank(1).build()) {
+            assertEquals(List.of(), trainer.unsplitBackwardLayers(), "every layer splits, the blocks' too");
+            data.forEach(trainer::fit);
+        }
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(oneFOneB).ranks(2).dataParallel(2)
+                .tensorParallel(2, BLOCKS).microbatches(4).schedule(PipelineSchedule.ONE_F_ONE_B)
+                .ompThreadsPerRank(1).build()) {
+            data.forEach(trainer::fit);
+        }
+        assertTrue(PipelineNets.bitwiseEqual(oneFOneB.params(), zb.params()), "ZB-H1 vs 1F1B: parameters");
+        assertTrue(PipelineNets.bitwiseEqual(oneFOneB.getUpdater().getStateViewArray(),
+                zb.getUpdater().getStateViewArray()), "ZB-H1 vs 1F1B: updater state");
+    }
+
     private static void assertSameState(MultiLayerNetwork expected, ComputationGraph actual, String what) {
         assertTrue(PipelineNets.bitwiseEqual(expected.params(), actual.params()), what + ": parameters");
         assertTrue(PipelineNets.bitwiseEqual(expected.getUpdater().getStateViewArray(),

@@ -125,6 +125,38 @@ class TensorParallelPipelineGroupModeTest {
     }
 
     /**
+     * ZB-H1 in group mode, the blocks' column- and row-parallel layers split (their tp all-reduces in F and I, W local):
+     * every rank of a dp x pp x tp group equals the group's 1F1B run bitwise (parameters, updater state, counters,
+     * every step's loss), on 2 x 2 x 2 and on 1 x 4 x 2. A W that reached a tp collective in a different order on the
+     * two tp ranks of a stage would hang here (the group's bounded wait names the missing rank).
+     */
+    @ParameterizedTest(name = "dp={0} pp={1} tp={2} m={3}")
+    @org.junit.jupiter.params.provider.CsvSource({"2, 2, 2, 4", "1, 4, 2, 8"})
+    void zeroBubbleRanksEqualOneFOneBRanksBitwise(int dp, int pp, int tp, int microbatches) {
+        MultiLayerNetwork initial = PipelineNets.mlp(PipelineNets.updater("adam"), 1e-3, DataType.DOUBLE);
+        List<DataSet> data = PipelineNets.batches(17, STEPS, BATCH, DataType.DOUBLE);
+        int world = dp * pp * tp;
+        List<List<Outcome>> bySchedule = new ArrayList<>();
+        for (PipelineSchedule schedule : new PipelineSchedule[] {PipelineSchedule.ONE_F_ONE_B,
+                PipelineSchedule.ZERO_BUBBLE_H1}) {
+            bySchedule.add(onEveryRank(world, group -> {
+                MultiLayerNetwork mine = initial.clone();
+                return train(mine, PipelineParallelTrainer.builder(mine).group(group).dataParallel(dp)
+                        .tensorParallel(tp, BLOCKS).microbatches(microbatches).schedule(schedule), data);
+            }));
+        }
+        for (int r = 0; r < world; r++) {
+            Outcome oneFOneB = bySchedule.get(0).get(r);
+            Outcome zb = bySchedule.get(1).get(r);
+            assertTrue(PipelineNets.bitwiseEqual(oneFOneB.params(), zb.params()), "rank " + r + ": parameters");
+            assertTrue(PipelineNets.bitwiseEqual(oneFOneB.updaterState(), zb.updaterState()), "rank " + r
+                    + ": updater state");
+            assertEquals(oneFOneB.losses(), zb.losses(), "rank " + r + ": every step's loss, bitwise (as doubles)");
+            assertEquals(oneFOneB.iterations(), zb.iterations(), "rank " + r + ": iteration count");
+        }
+    }
+
+    /**
      * What a group-mode rank builds from and gathers into, layer range by layer range, is what the whole shards hold:
      * {@link TensorParallel#reshardInto(MultiLayerNetwork, int, MultiLayerNetwork, int)} of a stage's layers equals that
      * stage of {@link TensorParallel#shard}, and {@link TensorParallel#joinInto} of every stage's shards equals

@@ -106,10 +106,11 @@ class TensorParallelPipelineTest {
     }
 
     /**
-     * ZB-H1 with tensor-parallel stages: the blocks' layers run their whole backward (tp all-reduces included) in the
-     * input-gradient action, named in {@code unsplitBackwardLayers}, the other dense and output layers split; every tp
-     * rank of a stage runs the same actions in the same order, and the W actions hold no collective. Same arithmetic
-     * in the same order as 1F1B: bitwise equal parameters, updater state and losses, on dp x pp x tp and pp x tp.
+     * ZB-H1 with tensor-parallel stages: the blocks' column- and row-parallel layers split their backward as the other
+     * dense and output layers do (their tp all-reduces in the forward and input-gradient actions, the weight-gradient
+     * action local), so {@code unsplitBackwardLayers} is empty; every tp rank of a stage runs the same actions in the
+     * same order. Same arithmetic in the same order as 1F1B (and as the whole-backward fallback of the blocks, which
+     * equalled 1F1B bitwise): bitwise equal parameters, updater state and losses, on dp x pp x tp and pp x tp.
      */
     @ParameterizedTest(name = "dp={0} pp={1} tp={2} m={3}")
     @org.junit.jupiter.params.provider.CsvSource({"2, 2, 2, 4", "1, 4, 2, 8"})
@@ -122,33 +123,32 @@ class TensorParallelPipelineTest {
         List<Double> oneFOneBLosses = new java.util.ArrayList<>();
         try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(zb).ranks(pp).dataParallel(dp)
                 .tensorParallel(tp, BLOCKS).microbatches(microbatches).schedule(PipelineSchedule.ZERO_BUBBLE_H1).build()) {
-            List<String> unsplit = trainer.unsplitBackwardLayers();
-            assertEquals(2 * BLOCKS.length, unsplit.size(), "the blocks' layers run whole: " + unsplit);
-            for (int c : BLOCKS) {
-                assertTrue(unsplit.get(2 * (c / 2)).startsWith("layer " + c + " (ColumnParallelDenseLayer")
-                        && unsplit.get(2 * (c / 2) + 1).startsWith("layer " + (c + 1) + " (RowParallelDenseLayer")
-                        && unsplit.get(2 * (c / 2)).contains("tensor-parallel"), unsplit.toString());
-            }
+            assertEquals(List.of(), trainer.unsplitBackwardLayers(), "every layer splits, the blocks' too");
             for (DataSet batch : data) {
                 trainer.fit(batch);
                 zbLosses.add(trainer.lastStep().loss());
                 DataParallelPipelineTest.assertReplicasBitwiseEqual(trainer, dp);
                 assertReplicatedLayersBitwiseEqualOverTensorParallelRanks(trainer, tp);
             }
-            // the W actions compute the split layers' dW and db only: no block layer is split on any stage of any tp
-            // rank (so no W action reaches a tp all-reduce), and layers 6 (dense) and 7 (output) are
+            // the W actions compute every layer's dW and db on every stage of every tp rank: the blocks' 6
+            // column- and row-parallel layers (split from the start, in place) and layers 6 (dense) and 7 (output)
             for (int t = 0; t < tp; t++) {
                 int split = 0;
+                int blocks = 0;
                 for (Dl4jPipelineStage stage : trainer.replicaStages(0, t)) {
                     assertEquals((long) STEPS * microbatches, stage.weightPasses(), "tp rank " + t + ": W actions");
                     for (org.deeplearning4j.nn.api.Layer layer : stage.network().getLayers()) {
                         boolean block = layer.conf().getLayer() instanceof org.symmem4j.dl4j.tensor.TensorParallelDenseLayer;
-                        boolean splits = layer instanceof SplitBackward.Splittable;
-                        assertTrue(!(block && splits), "tp rank " + t + ": a block layer was split: " + layer);
+                        boolean splits = layer instanceof org.symmem4j.dl4j.layers.Splittable;
+                        assertTrue(splits, "tp rank " + t + ": a layer did not split: " + layer);
+                        assertTrue(!block || layer instanceof org.symmem4j.dl4j.tensor.TensorParallelDenseLayerImpl,
+                                "tp rank " + t + ": a block layer was replaced: " + layer);
                         split += splits ? 1 : 0;
+                        blocks += block ? 1 : 0;
                     }
                 }
-                assertEquals(2, split, "tp rank " + t + ": layers 6 and 7 split");
+                assertEquals(2 * BLOCKS.length, blocks, "tp rank " + t + ": the blocks' layers");
+                assertEquals(2 * BLOCKS.length + 2, split, "tp rank " + t + ": the blocks' layers and layers 6, 7 split");
             }
         }
         try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(oneFOneB).ranks(pp).dataParallel(dp)
@@ -160,6 +160,78 @@ class TensorParallelPipelineTest {
         }
         PipelineNets.assertSameState(oneFOneB, zb, "ZB-H1 against 1F1B, dp=" + dp + " pp=" + pp + " tp=" + tp);
         assertEquals(oneFOneBLosses, zbLosses, "every step's loss, bitwise (as doubles)");
+    }
+
+    /**
+     * The split of a block's layers on its own, on 2 tp ranks (a shard of {@link PipelineNets#mlp}, blocks 0-1, 2-3,
+     * 4-5, attached to the group): deferring, DL4J's backward leaves every weight and bias gradient view untouched
+     * (NaN-filled) and issues exactly the whole backward's tp sums; the weight halves then issue none and write the
+     * whole backward's gradient bit for bit, on every rank. Fails if a weight half held a collective or the input half
+     * missed one.
+     */
+    @Test
+    void blockLayersSplitWithTheirSumsInTheInputHalfAndNoneInTheWeightHalf() {
+        MultiLayerNetwork base = PipelineNets.mlp(PipelineNets.updater("adam"), 0.0, DataType.DOUBLE);
+        DataSet batch = PipelineNets.batches(5, 1, 8, DataType.DOUBLE).getFirst();
+        List<String> failures = org.symmem4j.parallel.group.InJvmWorld.runOnEveryRank(2,
+                org.symmem4j.parallel.GroupOptions.defaults().withTimeout(java.time.Duration.ofSeconds(60)), group -> {
+                    MultiLayerNetwork mine = TensorParallel.shard(base, group.rank(), 2, BLOCKS);
+                    // as in a stage: what the weight half keeps must outlive the backward's workspaces
+                    mine.getLayerWiseConfigurations().setTrainingWorkspaceMode(
+                            org.deeplearning4j.nn.conf.WorkspaceMode.NONE);
+                    try (org.symmem4j.parallel.Communicator c = org.symmem4j.parallel.Communicator.create(group)) {
+                        TensorParallel.attach(mine, c);
+                        org.symmem4j.dl4j.nd4j.ArrayCollectives comm =
+                                ((org.symmem4j.dl4j.tensor.TensorParallelDenseLayerImpl) mine.getLayer(0)).comm();
+                        mine.setInput(batch.getFeatures());
+                        mine.setLabels(batch.getLabels());
+                        long before = comm.sums();
+                        mine.computeGradientAndScore();
+                        long whole = comm.sums() - before;
+                        org.nd4j.linalg.api.ndarray.INDArray expected = mine.getGradientsViewArray().dup();
+
+                        org.deeplearning4j.nn.api.Layer[] layers = mine.getLayers();
+                        List<org.symmem4j.dl4j.layers.Splittable> splits = new java.util.ArrayList<>();
+                        for (int i = 0; i < layers.length; i++) {
+                            org.deeplearning4j.nn.api.Layer split = SplitBackward.splitOf(layers[i]);
+                            if (split == null) {
+                                return "rank " + group.rank() + ": layer " + i + " does not split";
+                            }
+                            if (i < 6 && split != layers[i]) {
+                                return "rank " + group.rank() + ": block layer " + i + " was replaced";
+                            }
+                            layers[i] = split;
+                            splits.add((org.symmem4j.dl4j.layers.Splittable) split);
+                            splits.getLast().defer(true);
+                        }
+                        mine.getGradientsViewArray().assign(Double.NaN);
+                        mine.setInput(batch.getFeatures());
+                        mine.setLabels(batch.getLabels());
+                        before = comm.sums();
+                        mine.computeGradientAndScore();
+                        long inputHalf = comm.sums() - before;
+                        for (double v : mine.getGradientsViewArray().toDoubleVector()) {
+                            if (!Double.isNaN(v)) {
+                                return "rank " + group.rank() + ": the input half wrote a weight gradient: " + v;
+                            }
+                        }
+                        before = comm.sums();
+                        for (org.symmem4j.dl4j.layers.Splittable s : splits) {
+                            s.weightGradient(s.takeDeferred());
+                            s.defer(false);
+                        }
+                        long weightHalf = comm.sums() - before;
+                        if (whole == 0 || inputHalf != whole || weightHalf != 0) {
+                            return "rank " + group.rank() + ": tp sums whole=" + whole + " input half=" + inputHalf
+                                    + " weight half=" + weightHalf;
+                        }
+                        if (!PipelineNets.bitwiseEqual(expected, mine.getGradientsViewArray())) {
+                            return "rank " + group.rank() + ": weight halves' gradient differs from the whole backward's";
+                        }
+                        return "";
+                    }
+                });
+        assertEquals(List.of("", ""), failures);
     }
 
     /** No stage starts at a block's row-parallel layer: the trainer's own split keeps blocks whole. */

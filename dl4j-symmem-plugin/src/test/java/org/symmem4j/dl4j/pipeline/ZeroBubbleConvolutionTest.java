@@ -40,6 +40,7 @@ import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
 import org.symmem4j.dl4j.Nets;
+import org.symmem4j.dl4j.layers.Splittable;
 import org.symmem4j.pipeline.exec.StepTimeline;
 import org.symmem4j.pipeline.exec.TimelineEvent;
 
@@ -162,7 +163,7 @@ class ZeroBubbleConvolutionTest {
         double expectedScore = net.score();
 
         Layer[] layers = net.getLayers();
-        List<SplitBackward.Splittable> splits = new ArrayList<>();
+        List<Splittable> splits = new ArrayList<>();
         List<INDArray> splitViews = new ArrayList<>();
         int convolutions = 0;
         for (int i = 0; i < layers.length; i++) {
@@ -174,8 +175,8 @@ class ZeroBubbleConvolutionTest {
                 convolutions++;
             }
             layers[i] = split;
-            splits.add((SplitBackward.Splittable) split);
-            ((SplitBackward.Splittable) split).defer(true);
+            splits.add((Splittable) split);
+            ((Splittable) split).defer(true);
             splitViews.add(split.getGradientsViewArray());
         }
         assertTrue(convolutions >= 1, cnn + ": its convolutions split");
@@ -191,8 +192,8 @@ class ZeroBubbleConvolutionTest {
                 assertTrue(Double.isNaN(v), cnn + ": the input-gradient pass wrote a weight or bias gradient: " + v);
             }
         }
-        for (SplitBackward.Splittable s : splits) {
-            SplitBackward.Deferred d = s.takeDeferred();
+        for (Splittable s : splits) {
+            Splittable.Deferred d = s.takeDeferred();
             assertNotNull(d, "kept for the weight pass");
             assertNull(s.takeDeferred(), "handed over once");
             s.weightGradient(d);

@@ -28,6 +28,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
 import org.symmem4j.dl4j.Nets;
+import org.symmem4j.dl4j.layers.Splittable;
 import org.symmem4j.pipeline.exec.StepTimeline;
 import org.symmem4j.pipeline.exec.TimelineEvent;
 
@@ -117,13 +118,13 @@ class ZeroBubblePipelineTest {
         double expectedScore = net.score();
 
         Layer[] layers = net.getLayers();
-        List<SplitBackward.Splittable> splits = new ArrayList<>();
+        List<Splittable> splits = new ArrayList<>();
         for (int i = 0; i < layers.length; i++) {
             Layer split = SplitBackward.splitOf(layers[i]);
             assertNotNull(split, "layer " + i + " (" + layers[i].getClass().getSimpleName() + ") splits");
             layers[i] = split;
-            splits.add((SplitBackward.Splittable) split);
-            ((SplitBackward.Splittable) split).defer(true);
+            splits.add((Splittable) split);
+            ((Splittable) split).defer(true);
         }
         net.getGradientsViewArray().assign(Double.NaN);
         net.setInput(batch.getFeatures());
@@ -134,8 +135,8 @@ class ZeroBubblePipelineTest {
         for (double v : untouched) {
             assertTrue(Double.isNaN(v), "the input-gradient pass wrote a weight gradient: " + v);
         }
-        for (SplitBackward.Splittable s : splits) {
-            SplitBackward.Deferred d = s.takeDeferred();
+        for (Splittable s : splits) {
+            Splittable.Deferred d = s.takeDeferred();
             assertNotNull(d, "kept for the weight pass");
             assertNull(s.takeDeferred(), "handed over once");
             s.weightGradient(d);
