@@ -46,9 +46,9 @@ import org.symmem4j.parallel.trace.CoarseClock;
  *                     passed (startedSeq, one field); else SCHEDULED (arrived, waiting for the others)
  * </pre>
  *
- * <p>The layout above is the entry layout ({@code symmem4j.flight.recorder.runs=false}); the default keeps runs of
- * equal collectives instead and writes nothing at arrival (<b>Runs</b>, below). What follows up to there is the
- * account of the entry layout.
+ * <p>The layout above is the entry layout, the default ({@code symmem4j.flight.recorder.runs=false}); the runs setting
+ * keeps runs of equal collectives instead and writes nothing at arrival (<b>Runs</b>, below). What follows up to there
+ * is the account of the entry layout.
  *
  * <p><b>Per collective, one write of its entry, in the entry barrier's shadow</b> (by default, {@link
  * Configuration#FLIGHT_RECORDER_ARRIVAL}; {@code after-wait}: {@link ControlPlane#arriveAndCheck} calls {@link #arrived}
@@ -105,8 +105,10 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * test of #36, measured against the layout above in one run ({@code FlightRecorderCostBench --arrivals
  * in-shadow,in-shadow+compact,in-shadow@256}); padded wins when both are set.
  *
- * <p><b>Runs (the default since 2026-11-29, {@link Configuration#FLIGHT_RECORDER_RUNS}; {@code false} gives the entry
- * layouts above): the arrival write removed, not moved.</b>
+ * <p><b>Runs (experimental, off by default, {@link Configuration#FLIGHT_RECORDER_RUNS}): the arrival write removed,
+ * not moved; measured slower.</b> On 32 idle cores (2026-11-29, one run) the runs cost +20.7 ns per 1 KiB one-shot
+ * all-reduce on 2 ranks against the entry layout's +7.1 ns, though their own calls are 3.0 ns against 10.4 ns: what
+ * they add after the barrier sits on the path the peer waits for.
  * The probes of 2026-11-29 put the whole one-shot cost in the entry written at arrival ({@code +arrival} cost what the
  * whole recorder did), and every placement of that write so far (in the shadow, after the wait, padded, compact) cost
  * 20-60 ns. With the setting nothing is written at arrival: while a rank waits at its entry barrier, what the entry
