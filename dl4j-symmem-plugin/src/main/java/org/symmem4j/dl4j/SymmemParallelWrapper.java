@@ -603,8 +603,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             ownedGroup = f.group();
             settings = settings.withGroup(f.group());
             workers = new DataParallelWorkers(model, settings, metrics);
-            // the survivors hold one step (HybridShrink checks it): the handed-out step, redone unless all completed it
-            return new Agreed(f.dead(), f.iteration(), lost.step(), f.iteration() == lost.iterationAtStart());
+            return new Agreed(f.dead(), f.iteration(), lost.step(), f.iteration() == lost.iterationAtStart()); // one step
         }
         org.symmem4j.parallel.Group group;
         org.symmem4j.parallel.Group agreeing; // a mesh's survivors agree over the whole world: every tp rank alike
