@@ -379,8 +379,11 @@ abstract sealed class DataParallelBuilder
      *
      * <p>On a {@code dp x tp} mesh (a tensor-parallel network), build with {@link #group(org.symmem4j.parallel.DeviceMesh,
      * String)}: a dead rank takes its whole replica with it (its tp peers' {@code fit()} throws
-     * {@link ReplicaLostException}), and the other replicas go on as plain {@code dp x tp} on fewer replicas; as threads
-     * of one JVM, or with sharding, SHRINK on a mesh is refused at {@code build()}.
+     * {@link ReplicaLostException}), and the other replicas go on as plain {@code dp x tp} on fewer replicas, as
+     * processes of {@code symmem4j-run --on-failure shrink} or thread ranks of a shrinking world
+     * ({@code InJvmWorld.createShrinking}); with ZeRO stages 1 to 3 the survivors go back to the newest checkpoint of
+     * their tp shard. Refused at {@code build()}: a mesh whose world cannot shrink, and hybrid sharding
+     * ({@link #shardGroupSize}) on a mesh.
      *
      * @param mode {@link WorkerFailure#FAIL} or {@link WorkerFailure#SHRINK}
      * @return this builder
