@@ -420,7 +420,7 @@ class TensorParallelCheckpointTest {
     }
 
     /** Every file under {@code root}, with its size and last change, in path order. */
-    private static List<String> tree(Path root) throws IOException {
+    static List<String> tree(Path root) throws IOException {
         try (Stream<Path> s = Files.walk(root)) {
             return s.filter(Files::isRegularFile).sorted().map(p -> {
                 try {

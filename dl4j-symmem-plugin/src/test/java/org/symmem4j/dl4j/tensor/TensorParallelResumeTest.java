@@ -14,13 +14,8 @@ import java.util.List;
 import java.util.function.Supplier;
 import java.util.stream.Stream;
 import org.deeplearning4j.nn.api.Model;
-import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
-import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
-import org.deeplearning4j.nn.conf.layers.DenseLayer;
-import org.deeplearning4j.nn.conf.layers.OutputLayer;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
-import org.deeplearning4j.nn.weights.WeightInit;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -29,7 +24,6 @@ import org.nd4j.linalg.activations.Activation;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.learning.config.Adam;
-import org.nd4j.linalg.lossfunctions.LossFunctions;
 import org.symmem4j.dl4j.BatchListIterator;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.ZeroStage;
@@ -247,7 +241,7 @@ class TensorParallelResumeTest {
     void aStage3CheckpointIsRefusedOnAnotherDegreeWithTheFix() throws IOException {
         Path root = tmp.resolve("stage3");
         killed(Kind.BLOCKS, 2, 2, root, ZeroStage.PARAMETERS);
-        List<String> before = tree(root);
+        List<String> before = TensorParallelCheckpointTest.tree(root);
         MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
         List<String> refusals = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
                 group -> {
@@ -269,23 +263,12 @@ class TensorParallelResumeTest {
             assertTrue(message.contains("has no model.zip (a ZeRO stage 3 checkpoint holds only parameter and state"
                     + " shards)") && message.contains("fix: resume on degree 2"), message);
         }
-        assertEquals(before, tree(root), "nothing written under the root");
+        assertEquals(before, TensorParallelCheckpointTest.tree(root), "nothing written under the root");
     }
 
-    /** Two blocks as {@link TensorParallelTest#unsharded}, {@code width} wide: 12 -> width -> 12 -> width -> 10 -> 4. */
+    /** Two blocks as {@link TensorParallelTest#unsharded}, {@code width} wide, float64. */
     private static MultiLayerNetwork blocks(int width) {
-        MultiLayerConfiguration conf = new NeuralNetConfiguration.Builder().seed(7).dataType(DataType.DOUBLE)
-                .updater(new Adam(0.01)).weightInit(WeightInit.XAVIER).list()
-                .layer(new DenseLayer.Builder().nIn(12).nOut(width).activation(Activation.TANH).build())
-                .layer(new DenseLayer.Builder().nIn(width).nOut(12).activation(Activation.TANH).build())
-                .layer(new DenseLayer.Builder().nIn(12).nOut(width).activation(Activation.RELU).build())
-                .layer(new DenseLayer.Builder().nIn(width).nOut(10).activation(Activation.TANH).build())
-                .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(10).nOut(4)
-                        .activation(Activation.SOFTMAX).build())
-                .build();
-        MultiLayerNetwork net = new MultiLayerNetwork(conf);
-        net.init();
-        return net;
+        return TensorParallelTest.unsharded(DataType.DOUBLE, 0, width);
     }
 
     /**
@@ -298,7 +281,7 @@ class TensorParallelResumeTest {
     void aDegreeThatDoesNotDivideASplitDimensionIsRefusedOnEveryRankBeforeAnythingIsWritten() throws IOException {
         Path root = tmp.resolve("three");
         killed(Kind.BLOCKS, 2, 2, root, null);
-        List<String> before = tree(root);
+        List<String> before = TensorParallelCheckpointTest.tree(root);
         MultiLayerNetwork twelve = blocks(12);
         List<String> refusals = InJvmWorld.runOnEveryRank(3, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
                 group -> {
@@ -321,7 +304,7 @@ class TensorParallelResumeTest {
                     && message.contains("layer 1 (RowParallelDenseLayer) splits nIn=16, not divisible by 3")
                     && message.contains("degrees that work: [1, 2, 4, 8, 16]"), message);
         }
-        assertEquals(before, tree(root), "nothing written under the root");
+        assertEquals(before, TensorParallelCheckpointTest.tree(root), "nothing written under the root");
         // sharding a network whose width 3 does not divide names the degrees that work too
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> TensorParallel.shard(TensorParallelTest.unsharded(DataType.DOUBLE, 0), 0, 3, 0, 2));
@@ -360,18 +343,5 @@ class TensorParallelResumeTest {
         assertTrue(e.getMessage().startsWith("tensor-parallel degree 2's checkpoint does not fit this rank's shard of"
                 + " degree 4: layer 0 W splits nOut=16 in the checkpoint, 24 here (6 per rank of 4)"), e.getMessage());
         assertArrayEquals(before, wider.params().toDoubleVector(), "nothing written");
-    }
-
-    /** Every file under {@code root}, with its size and last change, in path order. */
-    private static List<String> tree(Path root) throws IOException {
-        try (Stream<Path> s = Files.walk(root)) {
-            return s.filter(Files::isRegularFile).sorted().map(p -> {
-                try {
-                    return root.relativize(p) + " " + Files.size(p) + " " + Files.getLastModifiedTime(p);
-                } catch (IOException ex) {
-                    throw new java.io.UncheckedIOException(ex);
-                }
-            }).toList();
-        }
     }
 }

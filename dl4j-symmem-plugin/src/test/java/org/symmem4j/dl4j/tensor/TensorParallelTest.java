@@ -43,12 +43,17 @@ class TensorParallelTest {
 
     /** Two blocks (layers 0-1 and 2-3) and a softmax output: 12 -> 16 -> 12 -> 16 -> 10 -> 4. */
     static MultiLayerNetwork unsharded(DataType type, double l2) {
+        return unsharded(type, l2, 16);
+    }
+
+    /** The two blocks {@code width} wide: 12 -> width -> 12 -> width -> 10 -> 4. */
+    static MultiLayerNetwork unsharded(DataType type, double l2, int width) {
         MultiLayerConfiguration conf = new NeuralNetConfiguration.Builder().seed(7).dataType(type)
                 .updater(new Adam(0.01)).weightInit(WeightInit.XAVIER).l2(l2).list()
-                .layer(new DenseLayer.Builder().nIn(12).nOut(16).activation(Activation.TANH).build())
-                .layer(new DenseLayer.Builder().nIn(16).nOut(12).activation(Activation.TANH).build())
-                .layer(new DenseLayer.Builder().nIn(12).nOut(16).activation(Activation.RELU).build())
-                .layer(new DenseLayer.Builder().nIn(16).nOut(10).activation(Activation.TANH).build())
+                .layer(new DenseLayer.Builder().nIn(12).nOut(width).activation(Activation.TANH).build())
+                .layer(new DenseLayer.Builder().nIn(width).nOut(12).activation(Activation.TANH).build())
+                .layer(new DenseLayer.Builder().nIn(12).nOut(width).activation(Activation.RELU).build())
+                .layer(new DenseLayer.Builder().nIn(width).nOut(10).activation(Activation.TANH).build())
                 .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(10).nOut(4)
                         .activation(Activation.SOFTMAX).build())
                 .build();
