@@ -209,15 +209,16 @@ zb_h1() {
 }
 
 # Synchronized BatchNorm's cost (issue #35, SyncBatchNormBench): per BatchNorm layer and step, the extra step time and
-# collective time of syncBatchNorm(true) against the same training without it (runs alternate), the MLP (C = 256) and
+# collective time of syncBatchNorm(true) against the same training without it (one untimed run of each, then 3 in
+# ABBA order), the MLP (C = 256) and
 # the CNN (C = 16, 16x16 images), 4 BatchNorm layers each, at 4, 8 and 16 worker threads: one JVM per worker count,
-# each bounded (about 30-80 s each on 16 cores); $OUT/sync-bn-w4.md, -w8.md, -w16.md.
+# each bounded (about 40-120 s each on 16 cores); $OUT/sync-bn-w4.md, -w8.md, -w16.md.
 sync_bn() {
   local w t
   for w in 4 8 16; do
-    case $w in 4) t=60 ;; 8) t=70 ;; *) t=95 ;; esac
+    case $w in 4) t=80 ;; 8) t=95 ;; *) t=130 ;; esac
     timeout $t "${java[@]}" org.symmem4j.benchmarks.dl4j.SyncBatchNormBench --workers $w --steps 16 --warmup 4 \
-      --reps 2 > "$out/sync-bn-w$w.md" 2>> "$log"
+      --reps 3 > "$out/sync-bn-w$w.md" 2>> "$log"
   done
 }
 

@@ -28,10 +28,10 @@ import picocli.CommandLine.Option;
 
 /**
  * The cost of synchronized BatchNorm ({@code syncBatchNorm(true)}) per BatchNorm layer: the same network, data and
- * steps through the wrapper with and without it, in the same run (runs alternate, so a slow stretch of a shared
- * machine hits both), N worker threads. Per step and BatchNorm layer it reports the extra step time (the slowest
- * worker's step: forward, backward, sync, update; median over the steps after the warm-up, median over the
- * repetitions) and the extra time the workers spent in collectives (the step reports' sync time, which with
+ * steps through the wrapper with and without it, in the same run (after one untimed run of each, runs alternate in
+ * ABBA order, so a slow stretch of a shared machine hits both), N worker threads. Per step and BatchNorm layer it
+ * reports the extra step time (the slowest worker's step: forward, backward, sync, update; median over the steps
+ * after the warm-up, median over the repetitions) and the extra time the workers spent in collectives (the step reports' sync time, which with
  * synchronized BatchNorm includes its three all-reduces per layer, waiting for the slowest worker included).
  * Two networks: an MLP of dense + BatchNorm + ReLU blocks (2-D statistics, C = width) and a CNN of 3×3 convolution +
  * BatchNorm + ReLU blocks on 16×16 images (4-D statistics over examples and positions, C = channels).
@@ -101,9 +101,20 @@ public final class SyncBatchNormBench {
                     DataType.FLOAT);
             double[][] off = new double[f.runs.reps][];
             double[][] on = new double[f.runs.reps][];
+            // One untimed run of each setting first: the first run of a JVM pays for compiling the wrapper's and
+            // DL4J's paths, which the warm-up steps of one run do not cover (on 32 cores the first 'off' run's sync
+            // was 4-7x the later ones').
+            run(f, model, features, data, false);
+            run(f, model, features, data, true);
             for (int r = 0; r < f.runs.reps; r++) {
-                off[r] = run(f, model, features, data, false);
-                on[r] = run(f, model, features, data, true);
+                // ABBA order: a drift over the run (heat, a neighbour) hits both settings alike.
+                if (r % 2 == 0) {
+                    off[r] = run(f, model, features, data, false);
+                    on[r] = run(f, model, features, data, true);
+                } else {
+                    on[r] = run(f, model, features, data, true);
+                    off[r] = run(f, model, features, data, false);
+                }
                 raw.add(String.format(Locale.ROOT, "%s rep %d: off step %.3f ms sync %.3f ms; on step %.3f ms sync %.3f ms",
                         model, r, off[r][0], off[r][1], on[r][0], on[r][1]));
             }
