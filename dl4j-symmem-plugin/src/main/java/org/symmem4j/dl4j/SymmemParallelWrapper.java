@@ -503,23 +503,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /** A periodic checkpoint after the step just done; a failure fails the fit (the model left as before it). */
     private void takePeriodicCheckpoint(long batchesInEpoch, long examplesInEpoch) {
-        CheckpointLayout layout = CheckpointLayout.of(model.model()); // a tensor-parallel rank's: root/tp-R-of-S
-        Path dir = layout.stepDir(schedule.root(), steps.stepsDone());
-        try {
+        // a tensor-parallel rank's layout: root/tp-R-of-S
+        schedule.take(steps.stepsDone(), CheckpointLayout.of(model.model()), settings.group(), dir -> {
             writeCheckpoint(dir, batchesInEpoch, examplesInEpoch);
             if (sharded != null) {
                 sharded.checkpointTaken(dir, steps.stepsDone());
             }
-            if (settings.group() == null || settings.group().rank() == 0) {
-                layout.prune(schedule.root(), schedule.keep());
-            }
-        } catch (IOException e) {
-            throw new UncheckedIOException("periodic checkpoint step=" + steps.stepsDone() + " dir=" + dir + " failed: "
-                    + e.getMessage() + " (the checkpoints before it are kept; fix: make the root writable with"
-                    + " room for a checkpoint,"
-                    + " then fit again)", e);
-        }
-        schedule.taken();
+        });
     }
 
     /** Writes what the next step would train from; workers started and idle. Collective in group mode. */
