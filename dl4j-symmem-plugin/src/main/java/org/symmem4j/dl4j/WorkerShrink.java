@@ -8,12 +8,12 @@ import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Invariants;
 
 /**
- * One in-place shrink of plain data parallelism ({@link WorkerFailure#SHRINK} without ZeRO sharding, whose shrink goes
- * back to a checkpoint: {@link ShardedShrink}; hybrid sharding's survivors take a surviving shard group's copy through
- * {@link HybridShrink}), after a step that workers failed, with every worker idle: the survivors agree on who died and
- * on the last step all of them completed, which the model takes; the old workers stop and the survivors' are created
- * (a new world of threads, or over the group {@link org.symmem4j.parallel.Group#shrink()} formed; a {@code dp x tp}
- * mesh's through {@link MeshShrink}). It starts from the wrapper's settings, workers and the group an earlier shrink
+ * One in-place shrink ({@link WorkerFailure#SHRINK}) that goes on from the survivors' own state: plain data
+ * parallelism's, and hybrid sharding's, whose survivors take a surviving shard group's copy ({@link HybridShrink}); the
+ * other ZeRO stages go back to a checkpoint instead ({@link ShardedShrink}). After a step that workers failed, with
+ * every worker idle, the survivors agree on who died and on the last step all of them completed, which the model
+ * takes; the old workers stop and the survivors' are created (a new world of threads, or over the group
+ * {@link org.symmem4j.parallel.Group#shrink()} formed; a {@code dp x tp} mesh's through {@link MeshShrink}). It starts from the wrapper's settings, workers and the group an earlier shrink
  * formed, and replaces them as it goes: the wrapper takes them back afterwards ({@link #settings()},
  * {@link #workers()}, {@link #ownedGroup()}), also when the shrink failed (its workers stopped, the group it formed
  * closed). The wrapper deals the batches and reports the shrink (docs/shrink.md).
