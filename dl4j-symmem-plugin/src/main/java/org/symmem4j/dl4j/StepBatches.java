@@ -61,8 +61,9 @@ final class StepBatches implements AutoCloseable {
      * a {@link MicroBatches}. Empty when the source is exhausted.
      */
     List<Object> take() {
-        int n = settings.get().workers();
-        int k = settings.get().accumulation();
+        DataParallelSettings now = settings.get();
+        int n = now.workers();
+        int k = now.accumulation();
         List<Object> taken = new ArrayList<>(n * k);
         Object b;
         while (taken.size() < n * k && (b = source.next()) != null) {
