@@ -26,7 +26,6 @@ import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.SyncMetrics;
-import org.symmem4j.parallel.Invariants;
 
 /**
  * Exact synchronous data parallelism for DL4J, as a drop-in for {@code ParallelWrapper}:
@@ -325,56 +324,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         train(DataParallelFitStart.Given.of(Objects.requireNonNull(iterator, "iterator"), model));
     }
 
-    private interface BatchSource {
-        Object next();
-    }
-
-    /**
-     * The next step's work, one entry per worker that gets any: up to workers × accumulation
-     * batches, dealt round-robin (worker i takes batches i, i + workers, ...), so a short last step
-     * keeps the workers' shares within one batch of each other; with accumulation each entry is
-     * a {@link MicroBatches}. Empty when the source is exhausted.
-     */
-    private List<Object> takeStep(BatchSource source) {
-        int n = settings.workers();
-        int k = settings.accumulation();
-        List<Object> taken = new ArrayList<>(n * k);
-        Object b;
-        while (taken.size() < n * k && (b = source.next()) != null) {
-            taken.add(b);
-        }
-        if (k == 1) {
-            return taken;
-        }
-        List<Object> perWorker = new ArrayList<>(n);
-        for (int w = 0; w < n && w < taken.size(); w++) {
-            List<Object> mine = new ArrayList<>(k);
-            for (int j = w; j < taken.size(); j += n) {
-                mine.add(taken.get(j));
-            }
-            perWorker.add(new MicroBatches(mine));
-        }
-        return perWorker;
-    }
-
-    /** The iterator's examples in a step's work. */
-    private static long rawExamples(List<Object> work) {
-        long n = 0;
-        for (Object o : work) {
-            n += MicroBatches.examples(o);
-        }
-        return n;
-    }
-
-    /** The iterator's batches in a step's work: one per entry, or a micro-batch list's size. */
-    private static long rawBatches(List<Object> work) {
-        long n = 0;
-        for (Object o : work) {
-            n += o instanceof MicroBatches m ? m.batches().size() : 1;
-        }
-        return n;
-    }
-
     /**
      * Trains on {@code given}'s batches once every rank agreed on its start ({@link DataParallelFitStart}: the checks
      * that depend on what this rank was given, and the batches a restored checkpoint had trained, skipped).
@@ -386,20 +335,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         ModelListeners listeners = agreed.listeners();
         batchesToSkip = 0; // skipped: the iterator stands after them
         examplesToSkip = -1;
-        java.util.Iterator<?> iterator = given.batches();
-        BatchSource iteratorSource = () -> iterator.hasNext() ? iterator.next() : null;
         fits++;
         boolean completed = false;
         ModelState before = null;
         // With a prefetch buffer the iterator is read on a background thread from here until the
-        // prefetcher closes, with the try's resources (before its finally: before fit returns or throws)
-        BatchPrefetcher prefetcher = settings.prefetchBuffer() == 0 ? null
-                : new BatchPrefetcher(iteratorSource::next, settings.prefetchBuffer(), settings.timeout());
-        BatchSource read = prefetcher == null ? iteratorSource : prefetcher::next;
-        // a shrink puts the batches of a failed step (and those read ahead) back in front of the rest
-        java.util.ArrayDeque<Object> redealt = new java.util.ArrayDeque<>();
-        BatchSource source = () -> redealt.isEmpty() ? read.next() : redealt.poll();
-        try (prefetcher; Nd4jThreadLimit threads = Nd4jThreadLimit.of(settings.ompThreadsPerWorker())) {
+        // source closes, with the try's resources (before its finally: before fit returns or throws)
+        StepBatches source = new StepBatches(given.batches(), () -> settings);
+        try (source; Nd4jThreadLimit threads = Nd4jThreadLimit.of(settings.ompThreadsPerWorker())) {
             workers.ensureStarted();
             // listeners see the model change step by step: a failed fit must still leave it as it was
             // (and so must the periodic checkpoints, which pull the replicas' state into the model mid-fit)
@@ -418,28 +360,28 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             if (sharded != null) {
                 sharded.fitStarted(before, steps.stepsDone(), batchesInEpoch, examplesInEpoch);
             }
-            List<Object> batches = takeStep(source);
+            List<Object> batches = source.take();
             while (!batches.isEmpty()) {
-                DataParallelSteps.StepOutcome outcome = steps.run(batches, listeners, () -> takeStep(source), fits);
+                DataParallelSteps.StepOutcome outcome = steps.run(batches, listeners, () -> source.take(), fits);
                 if (outcome.lost() != null && sharded != null) { // back to the newest whole state (docs/shrink.md)
-                    ShardedShrink.Rebuilt r = rollBack(outcome.lost(), batches, outcome.following(), redealt);
+                    ShardedShrink.Rebuilt r = rollBack(outcome.lost(), batches, outcome.following(), source.redealt());
                     batchesInEpoch = r.batchesInEpoch();
                     examplesInEpoch = r.examplesInEpoch();
-                    batches = takeStep(source);
+                    batches = source.take();
                     continue;
                 }
                 if (outcome.lost() != null) {
                     List<Object> failed = batches;
-                    Shrunk shrunk = shrink(outcome.lost(), failed, outcome.following(), redealt, source);
+                    Shrunk shrunk = shrink(outcome.lost(), failed, outcome.following(), source);
                     if (shrunk.failedTrained()) { // every survivor had completed this rank's failed step
-                        batchesInEpoch += rawBatches(failed);
-                        examplesInEpoch += rawExamples(failed);
+                        batchesInEpoch += StepBatches.rawBatches(failed);
+                        examplesInEpoch += StepBatches.rawExamples(failed);
                     }
                     batches = shrunk.next();
                     continue;
                 }
-                batchesInEpoch += rawBatches(batches);
-                examplesInEpoch += rawExamples(batches);
+                batchesInEpoch += StepBatches.rawBatches(batches);
+                examplesInEpoch += StepBatches.rawExamples(batches);
                 if (sharded != null) {
                     sharded.trained(batches);
                 }
@@ -477,9 +419,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /**
      * The in-place shrink ({@link WorkerFailure#SHRINK}) after a step that workers failed, with every worker idle:
-     * the survivors agree on the last step all of them completed, which the model takes; the old workers stop, the
-     * survivors' start from the model (a new world, or the group {@link org.symmem4j.parallel.Group#shrink()}
-     * formed), and the failed step's batches (when redone) and those read ahead go back in front (docs/shrink.md).
+     * the survivors agree on the last step all of them completed, which the model takes ({@link WorkerShrink}); the
+     * old workers stop, the survivors' start from the model (a new world, or the group
+     * {@link org.symmem4j.parallel.Group#shrink()} formed), and the failed step's batches (when redone) and those read
+     * ahead go back in front (docs/shrink.md).
      *
      * @return the next step's batches, dealt to the survivors, and whether the survivors had all trained the batches
      *         of this rank's failed step (then not redealt)
@@ -487,10 +430,18 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      *                                       shrink
      */
     private Shrunk shrink(DataParallelSteps.LostWorkers lost, List<Object> failed, List<Object> readAhead,
-                                java.util.Deque<Object> redealt, BatchSource source) {
+                          StepBatches source) {
         int before = settings.workers();
         Throwable cause = lost.failure() instanceof DataParallelTrainingException t ? t.getCause() : lost.failure();
-        Agreed agreed = settings.group() == null ? agreeAmongThreads(lost, cause) : agreeInGroup(lost, cause);
+        WorkerShrink survivors = new WorkerShrink(model, metrics, ndThreadsFor, meshShrink, settings, workers, ownedGroup);
+        WorkerShrink.Agreed agreed;
+        try {
+            agreed = survivors.agree(lost, cause);
+        } finally { // what the shrink replaced, also when it failed: its workers stopped, the group it formed owned
+            settings = survivors.settings();
+            workers = survivors.workers();
+            ownedGroup = survivors.ownedGroup();
+        }
         // this rank's failed step: redone (its batches dealt again) unless every survivor completed it
         boolean redone = agreed.iteration() == lost.iterationAtStart();
         DataParallelSteps survivorsSteps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
@@ -502,10 +453,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             pending.addAll(DataParallelSteps.plainBatches(failed));
         }
         pending.addAll(DataParallelSteps.plainBatches(readAhead));
-        for (int i = pending.size() - 1; i >= 0; i--) {
-            redealt.addFirst(pending.get(i));
-        }
-        List<Object> next = takeStep(source);
+        source.putBack(pending);
+        List<Object> next = source.take();
         // the report is the survivors' agreed one (group mode: each rank may have been handed out another step)
         ShrinkReport report = new ShrinkReport(agreed.failedStep(), agreed.dead(), before, settings.workers(),
                 agreed.redone(), String.valueOf(cause), lost.failedNanos(), System.nanoTime(),
@@ -537,131 +486,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     /**
-     * What the survivors agreed on: the dead workers (old numbering), the iteration count they all go on from, and
-     * the report's failed step and whether it is redone (the same on every survivor: {@link ShrinkReport#step()}).
-     */
-    private record Agreed(List<Integer> dead, int iteration, long failedStep, boolean redone) {
-    }
-
-    /**
-     * Thread mode: a survivor stopped by the abort (its collective, the gradient sync, runs before the update) holds
-     * the step's start; one whose update ran, the step's end. Every survivor takes the state of the last step all of
-     * them completed: the step's start if any was stopped (the step is redone), else its end. Then the old world is
-     * stopped and the settings, workers count the survivors.
-     */
-    private Agreed agreeAmongThreads(DataParallelSteps.LostWorkers lost, Throwable cause) {
-        List<DataParallelWorker> all = workers.all();
-        int survivors;
-        int iteration;
-        if (settings.shardGroupSize() > 0) { // HSDP: the dead workers' shard groups leave; another group's copy goes on
-            HybridShrink.Survivors h = HybridShrink.takeSurvivingReplica(model, all, settings, lost, cause);
-            survivors = h.workers();
-            iteration = h.iteration();
-        } else {
-            List<DataParallelWorker> alive = new ArrayList<>();
-            for (int i = 0; i < all.size(); i++) {
-                if (!lost.dead().contains(settings.firstLocalRank() + i)) {
-                    alive.add(all.get(i));
-                }
-            }
-            survivors = alive.size();
-            ShardedShrink.requireMinWorkers(lost, lost.dead(), survivors, all.size(), cause, settings.minWorkers());
-            DataParallelWorker agreed = alive.getFirst();
-            for (DataParallelWorker w : alive) {
-                if (w.replica().iterationCount() < agreed.replica().iterationCount()) {
-                    agreed = w;
-                }
-            }
-            iteration = agreed.replica().iterationCount();
-            model.copyStateFrom(agreed.replica()); // the new replicas start from it; a failed fit puts the model back
-        }
-        requireStartOrEnd(lost, iteration);
-        workers.stop(); // every thread joined; the old world and its symmetric memory closed
-        settings = settings.withWorkers(survivors, ndThreadsFor.applyAsInt(survivors));
-        Nd4jThreadLimit.set(settings.ompThreadsPerWorker()); // until the fit's limit is restored at its end
-        workers = new DataParallelWorkers(model, settings, metrics);
-        // one wrapper hands every thread the same step: the step's end if every survivor's update ran (not redone)
-        return new Agreed(lost.dead(), iteration, lost.step(), iteration == lost.iterationAtStart());
-    }
-
-    /**
-     * Group mode: this rank's worker stopped on a peer's failure. The group names the dead and forms the survivors'
-     * group ({@link org.symmem4j.parallel.Group#shrink()}); over it the survivors gather their iteration counts and
-     * first steps not done ({@link SurvivorSteps}), and each goes on from the smallest count: its replica's state, or
-     * the copy of the step's start it took (a survivor whose update ran while another's did not); every survivor
-     * reports the smallest first step not done as the failed step, redone. The wrapper owns the new group (closed with
-     * it, or at the next shrink).
-     */
-    private Agreed agreeInGroup(DataParallelSteps.LostWorkers lost, Throwable cause) {
-        org.symmem4j.parallel.Group old = settings.group();
-        DataParallelWorker worker = workers.all().getFirst();
-        ModelReplica mine = worker.replica();
-        workers.stop(); // this rank's memories of the old group freed (its worker ended with the failed step)
-        if (settings.shardGroupSize() > 0) { // HSDP: dead ranks' shard groups leave; each survivor keeps its blocks
-            HybridShrink.Formed f = HybridShrink.inGroup(model, worker, settings, lost, cause);
-            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // a group an earlier shrink formed
-            ownedGroup = f.group();
-            settings = settings.withGroup(f.group());
-            workers = new DataParallelWorkers(model, settings, metrics);
-            return new Agreed(f.dead(), f.iteration(), lost.step(), f.iteration() == lost.iterationAtStart()); // one step
-        }
-        org.symmem4j.parallel.Group group;
-        org.symmem4j.parallel.Group agreeing; // a mesh's survivors agree over the whole world: every tp rank alike
-        List<Integer> dead;
-        long failedStep;
-        if (meshShrink != null) { // the dead replicas leave whole; the network attached to its new tp group
-            MeshShrink.Formed formed = meshShrink.shrink(model, lost, cause, settings.minWorkers());
-            group = formed.dataParallelGroup();
-            agreeing = formed.world();
-            dead = formed.deadReplicas();
-        } else {
-            org.symmem4j.parallel.Group.Survivors survivors = ShardedShrink.shrinkGroup(old, lost, cause);
-            group = survivors.group();
-            agreeing = group;
-            dead = survivors.dead();
-        }
-        try {
-            ShardedShrink.requireMinWorkers(lost, dead, group.worldSize(), old.worldSize(), cause,
-                    settings.minWorkers());
-            // the tag names no step: the survivors may have failed different steps (a mesh's dp groups; a survivor
-            // the abort reached still finishing the step before: SurvivorSteps), and the survivors' world is new
-            SurvivorSteps.Agreed steps = SurvivorSteps.agree(org.symmem4j.dl4j.train.RankAgreement.allGather(agreeing,
-                    "symmem4j-wrapper-shrink", SurvivorSteps.position(lost, mine.iterationCount())), lost);
-            int iteration = steps.iteration();
-            failedStep = steps.failedStep();
-            if (meshShrink != null) {
-                MeshShrink.requireOneStepApart(lost, iteration, cause);
-            }
-            requireStartOrEnd(lost, iteration);
-            if (mine.iterationCount() == iteration) {
-                model.copyStateFrom(mine);
-            } else {
-                lost.stepStart().restoreInto(model); // this rank's update ran, a survivor's did not: back to the start
-            }
-        } catch (RuntimeException e) {
-            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(meshShrink != null ? meshShrink : group);
-            throw e;
-        }
-        if (meshShrink == null) { // a mesh's groups are the MeshShrink's
-            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // a group an earlier shrink formed
-            ownedGroup = group;
-        }
-        settings = settings.withGroup(group);
-        workers = new DataParallelWorkers(model, settings, metrics);
-        // every survivor reports the agreed failed step, which all of them redo
-        return new Agreed(dead, model.iterationCount(), failedStep, true);
-    }
-
-    /** The agreed iteration count is the failed step's start or end; anything else is a bug. */
-    private static void requireStartOrEnd(DataParallelSteps.LostWorkers lost, int iteration) {
-        if (iteration != lost.iterationAtStart() && iteration != lost.iterationAtStart() + 1) {
-            throw Invariants.violated("shrink after step " + lost.step() + ": the survivors' agreed iteration count"
-                    + " is " + iteration + ", expected " + lost.iterationAtStart() + " (step not done) or "
-                    + (lost.iterationAtStart() + 1) + " (done)", lost.failure());
-        }
-    }
-
-    /**
      * With gradient accumulation a step has no single forward pass and no single gradient before
      * the sum: listeners that read those are refused rather than given the last micro-batch's.
      */
@@ -679,23 +503,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /** A periodic checkpoint after the step just done; a failure fails the fit (the model left as before it). */
     private void takePeriodicCheckpoint(long batchesInEpoch, long examplesInEpoch) {
-        CheckpointLayout layout = CheckpointLayout.of(model.model()); // a tensor-parallel rank's: root/tp-R-of-S
-        Path dir = layout.stepDir(schedule.root(), steps.stepsDone());
-        try {
+        // a tensor-parallel rank's layout: root/tp-R-of-S
+        schedule.take(steps.stepsDone(), CheckpointLayout.of(model.model()), settings.group(), dir -> {
             writeCheckpoint(dir, batchesInEpoch, examplesInEpoch);
             if (sharded != null) {
                 sharded.checkpointTaken(dir, steps.stepsDone());
             }
-            if (settings.group() == null || settings.group().rank() == 0) {
-                layout.prune(schedule.root(), schedule.keep());
-            }
-        } catch (IOException e) {
-            throw new UncheckedIOException("periodic checkpoint step=" + steps.stepsDone() + " dir=" + dir + " failed: "
-                    + e.getMessage() + " (the checkpoints before it are kept; fix: make the root writable with"
-                    + " room for a checkpoint,"
-                    + " then fit again)", e);
-        }
-        schedule.taken();
+        });
     }
 
     /** Writes what the next step would train from; workers started and idle. Collective in group mode. */

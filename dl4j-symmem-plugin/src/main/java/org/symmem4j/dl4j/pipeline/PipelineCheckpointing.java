@@ -1,11 +1,11 @@
 package org.symmem4j.dl4j.pipeline;
 
 import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.util.Optional;
 import java.util.function.Supplier;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
+import org.symmem4j.dl4j.train.CheckpointLayout;
 import org.symmem4j.dl4j.train.CheckpointSchedule;
 import org.symmem4j.parallel.Group;
 
@@ -54,23 +54,13 @@ final class PipelineCheckpointing {
      * A periodic checkpoint after step {@code step}: the model takes the stages' state ({@code modelTakesStages}),
      * then it is written as {@link #write} writes it, and the checkpoints beyond the schedule's {@code keep} pruned.
      *
-     * @throws UncheckedIOException when it cannot be written (the checkpoints before it are kept)
+     * @throws java.io.UncheckedIOException when it cannot be written (the checkpoints before it are kept)
      */
     void takePeriodic(long step, long batchesInEpoch, Runnable modelTakesStages, Supplier<GroupExchange> exchange) {
-        Path dir = CheckpointDirectory.stepDir(schedule.root(), step);
-        try {
+        schedule.take(step, CheckpointLayout.plain(), group, dir -> {
             modelTakesStages.run();
             write(dir, step, batchesInEpoch, exchange);
-            if (group == null || group.rank() == 0) {
-                CheckpointDirectory.prune(schedule.root(), schedule.keep());
-            }
-        } catch (IOException e) {
-            throw new UncheckedIOException("periodic checkpoint step=" + step + " dir=" + dir + " failed: "
-                    + e.getMessage() + " (the checkpoints before it are kept; fix: make the root writable with"
-                    + " room for a checkpoint,"
-                    + " then fit again)", e);
-        }
-        schedule.taken();
+        });
     }
 
     /** Writes the model's and the stages' state into {@code dir}, with the step and counters given. */

@@ -1,6 +1,7 @@
 package org.symmem4j.dl4j.train;
 
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.time.Duration;
 import org.slf4j.Logger;
@@ -104,6 +105,47 @@ public final class CheckpointSchedule {
             due |= late;
         }
         return due;
+    }
+
+    /** Writes one checkpoint, in a trainer's format, into its directory (collective in group mode where it is). */
+    @FunctionalInterface
+    public interface Writer {
+        /**
+         * Writes the checkpoint.
+         *
+         * @param dir the checkpoint's directory
+         * @throws IOException when a file cannot be written
+         */
+        void write(Path dir) throws IOException;
+    }
+
+    /**
+     * Takes the periodic checkpoint after step {@code step}, once {@link #due} said so: {@code writer} writes it into
+     * {@code layout.stepDir(root, step)}, then the leader (rank 0 of {@code group}, or the one process in thread mode)
+     * prunes the checkpoints beyond {@code keep} ({@link CheckpointLayout#prune}), and the interval starts again
+     * ({@link #taken}).
+     *
+     * @param step   the trainer's steps done, the one just finished included
+     * @param layout where this rank's checkpoints go under the root ({@link CheckpointLayout#plain()} but for a
+     *               tensor-parallel rank)
+     * @param group  the trainer's group, or null in thread mode
+     * @param writer writes the checkpoint in the trainer's format
+     * @throws UncheckedIOException when it cannot be written (the checkpoints before it are kept): it fails the fit
+     */
+    public void take(long step, CheckpointLayout layout, Group group, Writer writer) {
+        Path dir = layout.stepDir(root, step);
+        try {
+            writer.write(dir);
+            if (group == null || group.rank() == 0) {
+                layout.prune(root, keep);
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException("periodic checkpoint step=" + step + " dir=" + dir + " failed: "
+                    + e.getMessage() + " (the checkpoints before it are kept; fix: make the root writable with"
+                    + " room for a checkpoint,"
+                    + " then fit again)", e);
+        }
+        taken();
     }
 
     /** The checkpoint was taken: the interval starts again. */
