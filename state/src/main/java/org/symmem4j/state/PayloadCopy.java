@@ -41,10 +41,27 @@ final class PayloadCopy {
      * Whether a producer writes a record's header line first (Agrona's order, the default) or last
      * ({@code -Dsymmem4j.ring.headerLineFirst=false}); see the class comment.
      */
-    static final boolean HEADER_LINE_FIRST = !"false".equalsIgnoreCase(
-            System.getProperty("symmem4j.ring.headerLineFirst", "true").trim());
+    static final boolean HEADER_LINE_FIRST = headerLineFirst(System.getProperty("symmem4j.ring.headerLineFirst"));
 
     private PayloadCopy() {
+    }
+
+    /**
+     * Reads the order's property: unset means true; anything but true or false is refused, so that a misspelt control
+     * run does not measure the default while claiming the other order.
+     *
+     * @param value the property's value, or null
+     * @return whether the header line goes first
+     */
+    static boolean headerLineFirst(String value) {
+        if (value == null || value.isBlank() || value.trim().equalsIgnoreCase("true")) {
+            return true;
+        }
+        if (value.trim().equalsIgnoreCase("false")) {
+            return false;
+        }
+        throw new IllegalArgumentException("symmem4j.ring.headerLineFirst=" + value + " expected true or false (fix:"
+                + " pass -Dsymmem4j.ring.headerLineFirst=false for the header-line-last order, or leave it unset)");
     }
 
     /**

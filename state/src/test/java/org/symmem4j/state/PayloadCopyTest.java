@@ -1,6 +1,9 @@
 package org.symmem4j.state;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -63,6 +66,17 @@ class PayloadCopyTest {
                 }
             }
         }
+    }
+
+    @Test
+    void theOrderPropertyTakesTrueOrFalseAndRefusesAnythingElse() {
+        assertTrue(PayloadCopy.headerLineFirst(null));
+        assertTrue(PayloadCopy.headerLineFirst(" TRUE "));
+        assertFalse(PayloadCopy.headerLineFirst("false"));
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> PayloadCopy.headerLineFirst("flase"));
+        assertTrue(e.getMessage().contains("symmem4j.ring.headerLineFirst=flase expected true or false (fix:"),
+                e.getMessage());
     }
 
     private static void check(MemorySegment data, int at, int length, byte[] source, int offset, String where) {
