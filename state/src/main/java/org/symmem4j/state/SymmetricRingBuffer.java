@@ -263,8 +263,9 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         if (index < 0) {
             return false;
         }
-        // the payload, the record header's cache line last (PayloadCopy): plain stores, published by the commit below
-        PayloadCopy.copy(src, offset, ringAddress, data, index + RECORD_HEADER_BYTES, length);
+        // the payload, in PayloadCopy's order of cache lines: plain stores, published by the commit below
+        PayloadCopy.copy(src, offset, ringAddress, data, index + RECORD_HEADER_BYTES, length,
+                PayloadCopy.HEADER_LINE_FIRST);
         // release: publishes the payload to the consumer's acquire of the header word
         commitRecord(index, length + RECORD_HEADER_BYTES, msgTypeId);
         return true;
@@ -578,6 +579,14 @@ public final class SymmetricRingBuffer implements AutoCloseable {
                 & required + trailingHeaderBytes <= capacity - (tail - headCache)) {
             long next = tail + required;
             if (kind == Kind.ONE_TO_ONE) {
+                if (PayloadCopy.HEADER_LINE_FIRST) {
+                    // the record's own header word, which holds 0 (free) already: zeroed by the record before it (or
+                    // the format) and not yet committed. A plain store of the same value publishes nothing and needs no
+                    // pair; it is the record's first store, so that the fetch of the line the consumer spins on starts
+                    // before the rest of the record is written (Agrona's write stores its in-progress length there
+                    // first; a many-to-one claim's mark below does the same). See PayloadCopy.
+                    RingBufferLayout.zeroRecordHeaderAt(ringAddress, tailIndex);
+                }
                 // the word after the record will be the next record's header: zeroed now, published by this record's
                 // commit (a release), so the consumer, which reads it only after that commit, never sees an earlier lap
                 RingBufferLayout.zeroRecordHeaderAt(ringAddress, (tailIndex + required) & mask);
