@@ -440,7 +440,7 @@ if [ "$what" = fsdp ]; then
   # tensor-parallel table's), FSDP_BLOCKS (1), FSDP_WARMUP (3), FSDP_STEPS (5), FSDP_REPS (3), FSDP_LR (1e-4) go to both;
   # FSDP_SKIP=ours|torch leaves one out; each run past FSDP_LIMIT s (default 280) is stopped. Ours only: FSDP_VARIANTS
   # (default fsdp,ddp,fsdp-whole: fsdp-whole is the sharded step with layer 0's tail whole, the schedule before the
-  # tail blocks, an A/B in the same call), FSDP_TAIL_CHUNKS (0: FullyShardedMlp's default, 4); each cell's
+  # tail blocks, an A/B in the same call), FSDP_TAIL_CHUNKS (0: FullyShardedMlp's default, max(4, 2 x GPUs)); each cell's
   # "[rank 0] ... timeline" line (in fsdp-summary.txt) is one recorded step's head, tail and busy time per stream.
   gpus=$(nvidia-smi -L | grep -c '^GPU')
   py=$(ls /opt/*/.venv/bin/python 2>/dev/null | head -1); py=${py:-python3}

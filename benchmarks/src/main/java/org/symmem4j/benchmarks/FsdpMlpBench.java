@@ -81,7 +81,7 @@ public final class FsdpMlpBench {
                 + " fsdp-whole (sharded, layer 0's tail whole: the schedule before the tail blocks, for an A/B)")
         List<String> variants = List.of("fsdp", "ddp");
         @Option(names = "--tail-chunks", paramLabel = "K", description = "blocks of rows of layer 0's gradient, reduction"
-                + " and Adam for fsdp and ddp (FullyShardedMlp.DEFAULT_TAIL_CHUNKS when 0)")
+                + " and Adam for fsdp and ddp (0: FullyShardedMlp.defaultTailChunks, max(4, 2 x GPUs))")
         int tailChunks = 0;
         @Option(names = "--timeline", negatable = true, description = "after the timings, record one step's CUDA events"
                 + " per action on both streams and print its head, tail and per-action table (rank 0: the summary line)")
@@ -201,7 +201,7 @@ public final class FsdpMlpBench {
                 for (String variant : flags.variants) {
                     Sharding sharding = variant.startsWith("fsdp") ? Sharding.FULL : Sharding.NONE;
                     int tail = variant.equals("fsdp-whole") ? 1
-                            : flags.tailChunks == 0 ? FullyShardedMlp.DEFAULT_TAIL_CHUNKS : flags.tailChunks;
+                            : flags.tailChunks == 0 ? FullyShardedMlp.defaultTailChunks(group.worldSize()) : flags.tailChunks;
                     probe.barrier();
                     long free0 = device.memoryInfo()[0];
                     // the first variant's first output is checked in float64; the second's output after the same steps

@@ -38,7 +38,7 @@ import org.symmem4j.parallel.tensor.ShardedStepPlan.Action;
  *                            now dead; replicated: gradient[b])
  *   comm stream     reduce-scatter working[b] in place (bf16, peers summed in rank order in float32);
  *                   Adam on shard r: master, m, v (float32) from the mean gradient (sum / N)
- *  layer 0 (the backward's last GEMM, no input gradient): dW in K blocks of rows (K = tail chunks, 4 by default), each
+ *  layer 0 (the backward's last GEMM, no input gradient): dW in K blocks of rows (K = tail chunks, max(4, 2N)), each
  *   all-reduced in place on the comm stream and Adam'ed on its part of shard r while the compute stream writes the next
  *   block: after the last GEMM only one block's reduction and Adam are left (K = 1: the whole layer's)
  * </pre>
@@ -116,8 +116,15 @@ public final class FullyShardedMlp implements AutoCloseable {
         }
     }
 
-    /** The blocks of rows layer 0's weight gradient, reduction and Adam run in unless told otherwise. */
-    public static final int DEFAULT_TAIL_CHUNKS = 4;
+    /**
+     * {@return the blocks of rows layer 0's weight gradient, reduction and Adam run in unless told otherwise: 2 per rank,
+     * at least 4, so that the last block's Adam is at most half a rank's shard and its all-reduce a fraction of the layer}
+     *
+     * @param world ranks
+     */
+    public static int defaultTailChunks(int world) {
+        return Math.max(4, 2 * world);
+    }
 
     private static final DType BF16 = DType.BFLOAT16;
     private static final long HOST_CHUNK = 16L << 20;
@@ -183,7 +190,7 @@ public final class FullyShardedMlp implements AutoCloseable {
      * @throws UnsupportedOperationException when the group's transport has no device memory, or no cuBLAS (says which)
      */
     public FullyShardedMlp(Group group, int tokens, int[] widths, Sharding sharding, Adam adam) {
-        this(group, tokens, widths, sharding, adam, DEFAULT_TAIL_CHUNKS);
+        this(group, tokens, widths, sharding, adam, defaultTailChunks(Objects.requireNonNull(group, "group").worldSize()));
     }
 
     /**

@@ -84,8 +84,8 @@ class CudaFullyShardedMlpTest {
      */
     @Test
     void theTailWholeOrInBlocksMatchesTheReferenceAndItsTimelineEndsWithOneBlock() {
-        check(64, new int[] {64, 256, 64}, 2, 1);
-        check(64, new int[] {64, 256, 64}, 2, 3);
+        check(64, new int[] {64, 256, 64}, 2, 1, true);
+        check(64, new int[] {64, 256, 64}, 2, 3, true);
     }
 
     /**
@@ -168,10 +168,10 @@ class CudaFullyShardedMlpTest {
     }
 
     private static void check(int tokens, int[] widths, int steps) {
-        check(tokens, widths, steps, FullyShardedMlp.DEFAULT_TAIL_CHUNKS);
+        check(tokens, widths, steps, FullyShardedMlp.defaultTailChunks(GPU.worldSize()), false);
     }
 
-    private static void check(int tokens, int[] widths, int steps, int tailChunks) {
+    private static void check(int tokens, int[] widths, int steps, int tailChunks, boolean timeline) {
         int world = GPU.worldSize();
         int layers = widths.length - 1;
         Reference ref = new Reference(tokens, widths, world);
@@ -182,8 +182,8 @@ class CudaFullyShardedMlpTest {
         for (int step = 1; step <= steps; step++) {
             ref.step(step, adam);
         }
-        List<Result> sharded = GPU.onEveryRank(group -> run(group, tokens, widths, steps, Sharding.FULL, adam, tailChunks));
-        List<Result> replicated = GPU.onEveryRank(group -> run(group, tokens, widths, steps, Sharding.NONE, adam, tailChunks));
+        List<Result> sharded = GPU.onEveryRank(group -> run(group, tokens, widths, steps, Sharding.FULL, adam, tailChunks, timeline));
+        List<Result> replicated = GPU.onEveryRank(group -> run(group, tokens, widths, steps, Sharding.NONE, adam, tailChunks, timeline));
         for (int r = 0; r < world; r++) {
             Result s = sharded.get(r);
             Result p = replicated.get(r);
@@ -265,7 +265,7 @@ class CudaFullyShardedMlpTest {
     }
 
     private static Result run(org.symmem4j.parallel.Group group, int tokens, int[] widths, int steps, Sharding sharding,
-                              Adam adam, int tailChunks) {
+                              Adam adam, int tailChunks, boolean recordTimeline) {
         int rank = group.rank();
         int layers = widths.length - 1;
         // each rank's GPU state of the group itself made now (describe uses it), so that the model adds only its own;
@@ -294,7 +294,7 @@ class CudaFullyShardedMlpTest {
                 mlp.device().copyFromHost(mlp.outputGradient(), CudaTensorParallelTest.toHost(arena,
                         Reference.outputGradient(tokens, widths, step, rank), DType.BFLOAT16));
                 StepTimeline timeline = null;
-                if (step == steps && tailChunks != FullyShardedMlp.DEFAULT_TAIL_CHUNKS) {
+                if (step == steps && recordTimeline) {
                     mlp.synchronize(); // the timeline's events are created while no peer's kernel can wait for this rank
                     group.allGatherBytes("fsdp-timeline", new byte[0]);
                     timeline = mlp.recordTimeline();
