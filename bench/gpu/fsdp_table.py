@@ -2,7 +2,8 @@
 """The fully sharded MLP step's results table (issue #31): our FsdpMlpBench rows (fsdp-ours-<N>gpus.csv: variants fsdp
 and ddp) joined with PyTorch FSDP2's (fsdp-torch-<N>gpus.csv, bench/gpu/torch_anchors.py --what fsdp) on GPUs, tokens,
 hidden, ffn and layers. Prints a markdown table (and writes it as CSV to --csv): step time of ours (sharded) and of
-FSDP2 and their ratio (target <= 1.0), ours replicated (DDP-style), and per rank the device's used memory (cuMemGetInfo /
+FSDP2 and their ratio (target <= 1.0), ours replicated (DDP-style), ours sharded with layer 0's tail whole (variant
+fsdp-whole, where run: the schedule before the tail blocks), and per rank the device's used memory (cuMemGetInfo /
 torch.cuda.mem_get_info: free before the model minus the least free after) of both and its ratio, our peak allocation
 (exact: ShardedStepMemory's buffers) and FSDP2's torch.cuda.max_memory_allocated above its start and their ratio (the
 memory target, <= 1.0), and the part of our used memory that
@@ -41,6 +42,7 @@ def main():
         print("fsdp_table: no rows", file=sys.stderr)
         return 1
     header = ["gpus", "tokens x hidden x ffn", "layers", "ours fsdp ms", "FSDP2 ms", "time ours/FSDP2", "ours ddp ms",
+              "ours fsdp-whole ms",
               "ours fsdp used GiB", "FSDP2 used GiB", "mem ours/FSDP2", "ours accounted GiB", "FSDP2 peak alloc GiB",
               "acc ours/FSDP2",
               "ours ddp used GiB", "ours runtime GiB", "check"]
@@ -55,8 +57,9 @@ def main():
         of, tf = num(f, "step_ms"), num(t, "step_ms")
         ou, tu = num(f, "device_used_bytes", GIB), num(t, "device_used_bytes", GIB)
         oa, ta = num(f, "accounted_bytes", GIB), num(t, "peak_allocated_bytes", GIB)
-        checks = ";".join(sorted({r["check"] for r in (f, d) if r}))
-        out.append([k[0], f"{k[1]}x{k[2]}x{k[3]}", k[4], of, tf, of / tf if of and tf else None, num(d, "step_ms"), ou, tu,
+        checks = ";".join(sorted({r["check"] for r in (f, d, o.get("fsdp-whole")) if r}))
+        out.append([k[0], f"{k[1]}x{k[2]}x{k[3]}", k[4], of, tf, of / tf if of and tf else None, num(d, "step_ms"),
+                    num(o.get("fsdp-whole"), "step_ms"), ou, tu,
                     ou / tu if ou and tu else None, oa, ta, oa / ta if oa and ta else None,
                     num(d, "device_used_bytes", GIB), num(f or d, "runtime_bytes", GIB), checks])
 

@@ -438,7 +438,10 @@ if [ "$what" = fsdp ]; then
   # ours/FSDP2 of step time, of used memory and of our exact peak allocation to FSDP2's max_memory_allocated, per rank)
   # and fsdp-memory-model.md (FsdpMemoryTable: both peaks' items, computed from the shapes). FSDP_SHAPES (tokens per rank x hidden x ffn, default the
   # tensor-parallel table's), FSDP_BLOCKS (1), FSDP_WARMUP (3), FSDP_STEPS (5), FSDP_REPS (3), FSDP_LR (1e-4) go to both;
-  # FSDP_SKIP=ours|torch leaves one out; each run past FSDP_LIMIT s (default 280) is stopped.
+  # FSDP_SKIP=ours|torch leaves one out; each run past FSDP_LIMIT s (default 280) is stopped. Ours only: FSDP_VARIANTS
+  # (default fsdp,ddp,fsdp-whole: fsdp-whole is the sharded step with layer 0's tail whole, the schedule before the
+  # tail blocks, an A/B in the same call), FSDP_TAIL_CHUNKS (0: FullyShardedMlp's default, max(4, 2 x GPUs)); each cell's
+  # "[rank 0] ... timeline" line (in fsdp-summary.txt) is one recorded step's head, tail and busy time per stream.
   gpus=$(nvidia-smi -L | grep -c '^GPU')
   py=$(ls /opt/*/.venv/bin/python 2>/dev/null | head -1); py=${py:-python3}
   shapes=${FSDP_SHAPES:-8192x4096x14336,16384x4096x14336,8192x8192x28672,16384x8192x28672}
@@ -451,10 +454,11 @@ if [ "$what" = fsdp ]; then
       CUDA_VISIBLE_DEVICES=$devs timeout -s QUIT -k 20 "${FSDP_LIMIT:-280}" $java $flags -cp "$cp" \
         org.symmem4j.benchmarks.FsdpMlpBench --shapes "$shapes" --blocks "$common_blocks" --warmup "${FSDP_WARMUP:-3}" \
         --steps "${FSDP_STEPS:-5}" --reps "${FSDP_REPS:-3}" --lr "${FSDP_LR:-1e-4}" \
+        --variants "${FSDP_VARIANTS:-fsdp,ddp,fsdp-whole}" --tail-chunks "${FSDP_TAIL_CHUNKS:-0}" \
         --out "$out/fsdp-ours-${g}gpus.md" --raw "$out/fsdp-ours-${g}gpus.csv" > "$out/fsdp-ours-${g}gpus.log" 2>&1
       code=$?; rc=$(( rc | code ))
       echo "== fsdp ours (FsdpMlpBench) on $g GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/fsdp-summary.txt"
-      grep -E '^\[rank 0\]|FAILED|Exception' "$out/fsdp-ours-${g}gpus.log" | head -20 | tee -a "$out/fsdp-summary.txt"
+      grep -E '^\[rank 0\]|FAILED|Exception' "$out/fsdp-ours-${g}gpus.log" | head -40 | tee -a "$out/fsdp-summary.txt"
     fi
     if [ "${FSDP_SKIP:-}" != torch ]; then
       start=$(date +%s)

@@ -77,8 +77,15 @@ public final class FsdpMlpBench {
         int steps = 5;
         @Option(names = "--reps", paramLabel = "R", description = "timings per cell (the median is reported)")
         int reps = 3;
-        @Option(names = "--variants", split = ",", paramLabel = "V", description = "fsdp (sharded), ddp (replicated)")
+        @Option(names = "--variants", split = ",", paramLabel = "V", description = "fsdp (sharded), ddp (replicated),"
+                + " fsdp-whole (sharded, layer 0's tail whole: the schedule before the tail blocks, for an A/B)")
         List<String> variants = List.of("fsdp", "ddp");
+        @Option(names = "--tail-chunks", paramLabel = "K", description = "blocks of rows of layer 0's gradient, reduction"
+                + " and Adam for fsdp and ddp (0: FullyShardedMlp.defaultTailChunks, max(4, 2 x GPUs))")
+        int tailChunks = 0;
+        @Option(names = "--timeline", negatable = true, description = "after the timings, record one step's CUDA events"
+                + " per action on both streams and print its head, tail and per-action table (rank 0: the summary line)")
+        boolean timeline = true;
         @Option(names = "--lr", paramLabel = "LR", description = "Adam's learning rate (betas 0.9, 0.999, eps 1e-8)")
         float lr = 1e-4f;
         @Option(names = "--check-rows", paramLabel = "N", description = "rows of each rank's first output checked in float64")
@@ -114,9 +121,14 @@ public final class FsdpMlpBench {
             Cli.positive("--steps", f.steps);
             Cli.positive("--reps", f.reps);
             for (String v : f.variants) {
-                if (!v.equals("fsdp") && !v.equals("ddp")) {
-                    throw new IllegalArgumentException("--variants: " + v + " is neither fsdp nor ddp");
+                if (!v.equals("fsdp") && !v.equals("ddp") && !v.equals("fsdp-whole")) {
+                    throw new IllegalArgumentException("--variants: " + v + " is none of fsdp, ddp, fsdp-whole (fix: pass"
+                            + " e.g. --variants fsdp,ddp,fsdp-whole)");
                 }
+            }
+            if (f.tailChunks < 0) {
+                throw new IllegalArgumentException("--tail-chunks " + f.tailChunks + ": expected 0 (the default) or more"
+                        + " (fix: pass e.g. --tail-chunks 4)");
             }
             for (String s : f.shapes) {
                 shape(s);
@@ -187,16 +199,20 @@ public final class FsdpMlpBench {
                 int[] widths = widths(thf[1], thf[2], flags.blocks);
                 Cell first = null;
                 for (String variant : flags.variants) {
-                    Sharding sharding = variant.equals("fsdp") ? Sharding.FULL : Sharding.NONE;
+                    Sharding sharding = variant.startsWith("fsdp") ? Sharding.FULL : Sharding.NONE;
+                    int tail = variant.equals("fsdp-whole") ? 1
+                            : flags.tailChunks == 0 ? FullyShardedMlp.defaultTailChunks(group.worldSize()) : flags.tailChunks;
                     probe.barrier();
                     long free0 = device.memoryInfo()[0];
                     // the first variant's first output is checked in float64; the second's output after the same steps
                     // on the same data must then be the first's, bit for bit (same sums in the same order, same Adam)
-                    Cell cell = measureCell(group, device, shape, thf[0], widths, sharding, variant, free0, flags,
-                            first == null ? flags.checkRows : 0);
+                    // (fsdp-whole sums layer 0's gradient in another GEMM split: checked in float64 itself, not bitwise)
+                    boolean whole = variant.equals("fsdp-whole");
+                    Cell cell = measureCell(group, device, shape, thf[0], widths, sharding, tail, variant, free0, flags,
+                            first == null || whole ? flags.checkRows : 0);
                     if (first == null) {
                         first = cell;
-                    } else if (cell.check().startsWith("ok") && first.bitwise() && cell.bitwise()) {
+                    } else if (!whole && cell.check().startsWith("ok") && first.bitwise() && cell.bitwise()) {
                         cell = cell.outputCrc() == first.outputCrc()
                                 ? cell.checked("ok (output after the steps bitwise " + first.variant() + "'s)")
                                 : cell.failed("output after the steps differs from " + first.variant() + "'s (crc "
@@ -216,11 +232,11 @@ public final class FsdpMlpBench {
     private static final double GIB = 1024.0 * 1024 * 1024;
 
     private static Cell measureCell(Group group, DeviceCommunicator probe, String shape, int tokens, int[] widths,
-                                    Sharding sharding, String variant, long free0, Flags flags, int checkRows) {
+                                    Sharding sharding, int tailChunks, String variant, long free0, Flags flags, int checkRows) {
         int layers = widths.length - 1;
         int rank = group.rank();
         try (FullyShardedMlp mlp = new FullyShardedMlp(group, tokens, widths, sharding,
-                new Adam(flags.lr, 0.9f, 0.999f, 1e-8f))) {
+                new Adam(flags.lr, 0.9f, 0.999f, 1e-8f), tailChunks)) {
             for (int l = 0; l < layers; l++) {
                 int layer = l;
                 double scale = 1 / Math.sqrt(widths[l]);
@@ -250,6 +266,9 @@ public final class FsdpMlpBench {
             }
             mlp.synchronize();
             leastFree = Math.min(leastFree, probe.memoryInfo()[0]);
+            if (flags.timeline) {
+                printTimeline(group, mlp, shape, variant);
+            }
             long[] crcAndFinite = crc(device, mlp.output(), (long) tokens * widths[layers]);
             if (crcAndFinite[1] != 0 && check.startsWith("ok")) {
                 check = "FAILED: " + crcAndFinite[1] + " output elements are not finite after the steps";
@@ -260,6 +279,28 @@ public final class FsdpMlpBench {
             return new Cell(shape, layers, variant, perStep[perStep.length / 2], free0 - leastFree, mlp.memory(), crcAndFinite[0],
                     bitwise, check);
         }
+    }
+
+    /**
+     * One step's timeline, after the timings (outside them): three recorded steps back to back (the steady state: the
+     * last one starts behind the previous one's join, as in the timed loop), the last one read. Rank 0 prints the summary
+     * (head: the exposed first gather; tail: what is left after the last GEMM, by action) and every rank the per-action
+     * table to the log. The output after these steps is what the CRC check compares, the same count of steps per variant.
+     */
+    private static void printTimeline(Group group, FullyShardedMlp mlp, String shape, String variant) {
+        group.allGatherBytes("fsdp-bench-timeline", new byte[0]); // every rank synchronized: no kernel waits for a peer
+        try (org.symmem4j.parallel.tensor.StepTimeline recorder = mlp.recordTimeline()) {
+            for (int s = 0; s < 3; s++) {
+                mlp.step();
+            }
+            org.symmem4j.parallel.tensor.StepTimeline.Timeline t = recorder.read();
+            if (group.rank() == 0) {
+                System.err.printf(Locale.ROOT, "[rank 0] %s %s timeline (tail chunks %d): %s%n", shape, variant,
+                        mlp.plan().tailChunks(), t.summary());
+            }
+            System.err.printf(Locale.ROOT, "timeline rank %d %s %s:%n%s", group.rank(), shape, variant, t.table());
+        }
+        group.allGatherBytes("fsdp-bench-timeline-done", new byte[0]);
     }
 
     /** {hidden, ffn, hidden, ffn, ..., hidden}: B blocks. */

@@ -107,6 +107,22 @@ public interface DeviceCommunicator {
     MemorySegment stream();
 
     /**
+     * A clock of timing events recorded on this rank's stream ({@link WorkClock#mark()}) or on another stream of its GPU
+     * ({@link WorkClock#mark(MemorySegment)}), with room for {@code marksPerRound} marks per round: a timeline of work
+     * on several streams. Creates the events: call it while no peer's kernel may be waiting for this rank (before the
+     * first collective, or after a {@link #synchronize} every rank has passed), and close the clock after the work it
+     * timed has run.
+     *
+     * @param marksPerRound the most marks per round
+     * @return the clock; close it
+     * @throws UnsupportedOperationException when this communicator has no timing events
+     */
+    default WorkClock clock(int marksPerRound) {
+        throw new UnsupportedOperationException(getClass().getSimpleName() + " has no timing events (fix: time work on a"
+                + " CudaTransport group's communicator)");
+    }
+
+    /**
      * Orders this rank's later work (the collectives enqueued after this call) after everything enqueued on
      * {@code other} so far — another library's stream on this rank's GPU (ND4J's, a framework's) whose results the
      * collectives read. Enqueued (an event recorded on {@code other}, waited for on this rank's stream): returns at once.

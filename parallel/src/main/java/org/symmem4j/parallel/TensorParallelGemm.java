@@ -92,6 +92,29 @@ public interface TensorParallelGemm {
                 int m, int n, int k, boolean accumulate, DType dtype);
 
     /**
+     * {@link #matmul} with {@code a} a block of a wider row-major matrix: consecutive rows of {@code a} as stored lie
+     * {@code lda} elements apart ({@code lda} at least its row length: {@code m} when {@code transA}, else {@code k}).
+     * With {@code transA}, {@code a} sliced at a column offset of a {@code k × lda} matrix gives a block of rows of the
+     * product {@code aᵀ · b} (a weight gradient computed in blocks of rows).
+     *
+     * @param c          output, {@code m × n}
+     * @param a          left operand, from its first element ({@code (rows - 1) · lda + row length} elements)
+     * @param lda        elements between the starts of consecutive stored rows of {@code a}
+     * @param transA     whether {@code a} is stored transposed
+     * @param b          right operand
+     * @param transB     whether {@code b} is stored transposed
+     * @param m          rows of the output
+     * @param n          columns of the output
+     * @param k          the inner dimension
+     * @param accumulate add to {@code c} instead of overwriting it
+     * @param dtype      FLOAT32 or BFLOAT16
+     * @throws IllegalArgumentException when a buffer is too small, a dimension is not positive or {@code lda} is less than
+     *                                  a stored row
+     */
+    void matmul(MemorySegment c, MemorySegment a, int lda, boolean transA, MemorySegment b, boolean transB,
+                int m, int n, int k, boolean accumulate, DType dtype);
+
+    /**
      * Collective: gathers the rows of {@code gathered} from every rank, then {@code c[rows×n] = gathered ·
      * op(b)}. Before the call rank r has written its block (rows {@code [r·rows/W, (r+1)·rows/W)}, row
      * length {@code k}) at {@code offsetBytes} of its region, in stream order; afterwards every rank's

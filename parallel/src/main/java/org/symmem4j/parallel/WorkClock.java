@@ -29,6 +29,20 @@ public interface WorkClock extends AutoCloseable {
     long mark();
 
     /**
+     * Marks this point of the work enqueued on {@code stream}, another stream of the same GPU and context as the clock's
+     * own: the marks of one round then lie on one time line across the two streams (a two-stream step's timeline). A
+     * clock whose operations are done at once has no streams and marks now.
+     *
+     * @param stream a stream of the clock's GPU ({@code CUstream}), e.g. {@link DeviceCommunicator#stream()} of another
+     *               communicator of this rank
+     * @return the mark, to pass to {@link #nanos}
+     * @throws IllegalStateException when the round has used up the marks the clock was made with
+     */
+    default long mark(java.lang.foreign.MemorySegment stream) {
+        return mark();
+    }
+
+    /**
      * The time of {@code mark}, taken this round.
      *
      * @param mark a value {@link #mark()} returned since the last {@link #restart()}

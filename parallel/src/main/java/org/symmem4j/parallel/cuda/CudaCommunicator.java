@@ -788,6 +788,12 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return rank.stream;
     }
 
+    /** Events on this rank's stream, marks on any stream of its context ({@link CudaWorkClock}). */
+    @Override
+    public org.symmem4j.parallel.WorkClock clock(int marksPerRound) {
+        return new CudaWorkClock(driver, rank.context, rank.stream, marksPerRound);
+    }
+
     /** Made at the first {@code unwrap(DeviceKernels.class)}. */
     private volatile CudaDeviceKernels userKernels;
     /** Made at the first {@code unwrap(TensorParallelGemm.class)}; closed with this communicator. */

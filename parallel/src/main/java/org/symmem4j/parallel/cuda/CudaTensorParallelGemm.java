@@ -183,6 +183,29 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         }
     }
 
+    @Override
+    public synchronized void matmul(MemorySegment c, MemorySegment a, int lda, boolean transA, MemorySegment b,
+                                    boolean transB, int m, int n, int k, boolean accumulate, DType dtype) {
+        Nvtx.push(NVTX_MATMUL, (long) m * n, dtype);
+        try {
+            checkOpen();
+            checkDims(m, n, k, dtype);
+            int row = transA ? m : k;
+            int stored = transA ? k : m;
+            if (lda < row) {
+                throw new IllegalArgumentException("lda=" + lda + ": expected at least a stored row of a, " + row
+                        + " elements (fix: pass the row length of the matrix a is a block of)");
+            }
+            need("c", c, (long) m * n, dtype);
+            need("a", a, (long) (stored - 1) * lda + row, dtype);
+            need("b", b, (long) k * n, dtype);
+            driver.setCurrent(rank.context);
+            Cublas.get().gemm(handle, c.address(), a.address(), lda, b.address(), m, n, k, transA, transB, accumulate, dtype);
+        } finally {
+            Nvtx.pop();
+        }
+    }
+
     private void gemm(long c, long a, boolean transA, long b, boolean transB, int m, int n, int k, boolean accumulate, DType dtype) {
         Cublas.get().gemm(handle, c, a, b, m, n, k, transA, transB, accumulate, dtype);
     }

@@ -56,6 +56,12 @@ final class CudaWorkClock implements WorkClock {
 
     @Override
     public long mark() {
+        return mark(stream);
+    }
+
+    /** Records the next event on {@code on} (this clock's stream or another of its context: one time line). */
+    @Override
+    public long mark(MemorySegment on) {
         checkOpen();
         if (recorded == 0) {
             throw new IllegalStateException("mark() before restart(): a round starts with restart() (fix: call"
@@ -66,7 +72,7 @@ final class CudaWorkClock implements WorkClock {
                     + " does not fit (fix: ask SymmetricMemory.clock for as many marks as a round takes)");
         }
         driver.setCurrent(context);
-        driver.record(events[recorded], stream);
+        driver.record(events[recorded], on);
         return recorded++;
     }
 

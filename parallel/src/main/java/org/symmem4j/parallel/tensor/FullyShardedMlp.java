@@ -38,6 +38,9 @@ import org.symmem4j.parallel.tensor.ShardedStepPlan.Action;
  *                            now dead; replicated: gradient[b])
  *   comm stream     reduce-scatter working[b] in place (bf16, peers summed in rank order in float32);
  *                   Adam on shard r: master, m, v (float32) from the mean gradient (sum / N)
+ *  layer 0 (the backward's last GEMM, no input gradient): dW in K blocks of rows (K = tail chunks, max(4, 2N)), each
+ *   all-reduced in place on the comm stream and Adam'ed on its part of shard r while the compute stream writes the next
+ *   block: after the last GEMM only one block's reduction and Adam are left (K = 1: the whole layer's)
  * </pre>
  * The order of the two streams' work and their waits is {@link ShardedStepPlan} (data, validated); the loss is
  * {@code Σ y ⊙ dy} for the output gradient {@code dy} the caller writes (PyTorch's {@code y.backward(dy)}).
@@ -113,6 +116,16 @@ public final class FullyShardedMlp implements AutoCloseable {
         }
     }
 
+    /**
+     * {@return the blocks of rows layer 0's weight gradient, reduction and Adam run in unless told otherwise: 2 per rank,
+     * at least 4, so that the last block's Adam is at most half a rank's shard and its all-reduce a fraction of the layer}
+     *
+     * @param world ranks
+     */
+    public static int defaultTailChunks(int world) {
+        return Math.max(4, 2 * world);
+    }
+
     private static final DType BF16 = DType.BFLOAT16;
     private static final long HOST_CHUNK = 16L << 20;
 
@@ -132,6 +145,11 @@ public final class FullyShardedMlp implements AutoCloseable {
     private final long[] partStart;
     private final long[] partSize;
     private final Algorithm[] allReduce;
+    /** The tail's blocks of layer 0's rows: block k is rows [tailRows[k], tailRows[k + 1]). */
+    private final int[] tailRows;
+    /** Per tail block, the all-reduce of its rows (bitwise the reduce-scatter's sums: TWO_SHOT or ONE_SHOT). */
+    private Algorithm[] tailAllReduce;
+    private StepTimeline timeline;
     private final List<AutoCloseable> owned = new ArrayList<>();
     private final List<MemorySegment> deviceBuffers = new ArrayList<>();
     private Group commGroup;
@@ -172,14 +190,24 @@ public final class FullyShardedMlp implements AutoCloseable {
      * @throws UnsupportedOperationException when the group's transport has no device memory, or no cuBLAS (says which)
      */
     public FullyShardedMlp(Group group, int tokens, int[] widths, Sharding sharding, Adam adam) {
+        this(group, tokens, widths, sharding, adam, defaultTailChunks(Objects.requireNonNull(group, "group").worldSize()));
+    }
+
+    /**
+     * As {@link #FullyShardedMlp(Group, int, int[], Sharding, Adam)}, with layer 0's weight gradient, reduction and Adam
+     * in at most {@code tailChunks} blocks of rows ({@link ShardedStepPlan#tailChunkRows}; 1: the whole layer, the
+     * gradient reduce-scattered when sharded); the shardings are bitwise equal at any one value. {@code tailChunks} is
+     * at least 1; the rest as there.
+     */
+    public FullyShardedMlp(Group group, int tokens, int[] widths, Sharding sharding, Adam adam, int tailChunks) {
         this.group = Objects.requireNonNull(group, "group");
         this.sharding = Objects.requireNonNull(sharding, "sharding");
         this.adam = Objects.requireNonNull(adam, "adam");
         Objects.requireNonNull(widths, "widths");
-        if (tokens <= 0 || widths.length < 2 || Arrays.stream(widths).anyMatch(w -> w <= 0)) {
-            throw new IllegalArgumentException("tokens=" + tokens + " widths=" + Arrays.toString(widths) + ": expected tokens > 0"
-                    + " and at least two positive widths (input, then each layer's output; fix: pass e.g. tokens=64 and"
-                    + " widths {784, 256, 10})");
+        if (tokens <= 0 || widths.length < 2 || Arrays.stream(widths).anyMatch(w -> w <= 0) || tailChunks < 1) {
+            throw new IllegalArgumentException("tokens=" + tokens + " widths=" + Arrays.toString(widths) + " tailChunks="
+                    + tailChunks + ": expected tokens > 0, at least two positive widths (input, then each layer's output)"
+                    + " and tailChunks >= 1 (fix: pass e.g. tokens=64, widths {784, 256, 10} and tailChunks=4)");
         }
         if (!group.transport().deviceMemory()) {
             throw new UnsupportedOperationException("FullyShardedMlp runs on GPUs: the group's transport "
@@ -190,7 +218,8 @@ public final class FullyShardedMlp implements AutoCloseable {
         this.tokens = tokens;
         this.widths = widths.clone();
         this.layers = widths.length - 1;
-        this.plan = ShardedStepPlan.of(layers, sharding == Sharding.FULL);
+        this.tailRows = ShardedStepPlan.tailChunkRows(widths[0], widths[1], tailChunks);
+        this.plan = ShardedStepPlan.of(layers, sharding == Sharding.FULL, tailRows.length - 1);
         // host-only and cheap: the plan this step interprets is proven race-free over consecutive steps before any use
         plan.validate(3);
         this.layout = ShardedStepMemory.of(tokens, widths, world, rank, sharding == Sharding.FULL);
@@ -243,6 +272,10 @@ public final class FullyShardedMlp implements AutoCloseable {
             for (int l = 0; l < layers; l++) {
                 allReduce[l] = pickAllReduce(counts[l]);
             }
+        }
+        tailAllReduce = new Algorithm[tailRows.length - 1];
+        for (int k = 0; k + 1 < tailRows.length && tailRows.length > 2; k++) {
+            tailAllReduce[k] = pickAllReduce((long) (tailRows[k + 1] - tailRows[k]) * widths[1]);
         }
         master = new MemorySegment[layers];
         moment1 = new MemorySegment[layers];
@@ -301,6 +334,9 @@ public final class FullyShardedMlp implements AutoCloseable {
             }
             computeOps.matmul(grad, layerInput(l), true, outputGradientOf(l), false, widths[l], widths[l + 1], tokens, false,
                     BF16);
+        }
+        for (int k = 0; k + 1 < tailRows.length && tailRows.length > 2; k++) {
+            tailGradient(sharded ? working[0].local() : gradients[0].local(), k);
         }
         computeDevice.synchronize();
         commDevice.synchronize();
@@ -361,9 +397,36 @@ public final class FullyShardedMlp implements AutoCloseable {
     public void step() {
         checkOpen();
         steps++;
-        for (Action x : plan.actions()) {
-            run(x);
+        StepTimeline t = timeline;
+        if (t == null || t.closed()) {
+            for (Action x : plan.actions()) {
+                run(x);
+            }
+            return;
         }
+        t.restart();
+        for (int i = 0; i < plan.actions().size(); i++) {
+            Action x = plan.actions().get(i);
+            t.before(i, x);
+            run(x);
+            t.after(i, x);
+        }
+    }
+
+    /**
+     * Records every later step's timeline (CUDA events on the action's stream around each action: no wait is added) into
+     * the returned {@link StepTimeline} until it is closed; {@link StepTimeline#read()} gives the last step's. Creates
+     * its events: call it between steps, after a {@link #synchronize()} every rank has passed.
+     *
+     * @return the timeline (the same one until it is closed); close it before or with this model
+     */
+    public StepTimeline recordTimeline() {
+        checkOpen();
+        if (timeline == null || timeline.closed()) {
+            timeline = new StepTimeline(computeDevice, commDevice, plan);
+            owned.add(0, timeline);
+        }
+        return timeline;
     }
 
     private void run(Action x) {
@@ -384,6 +447,10 @@ public final class FullyShardedMlp implements AutoCloseable {
                 }
             }
             case BACKWARD -> {
+                if (x.chunk() >= 0) {
+                    tailGradient(gradient(x), x.chunk());
+                    return;
+                }
                 MemorySegment dz = outputGradientOf(l);
                 if (l > 0) {
                     // da = dz · Wᵀ, then dz of the layer below = da where its output (the ReLU's) is positive; first: it
@@ -396,17 +463,39 @@ public final class FullyShardedMlp implements AutoCloseable {
                 computeOps.matmul(gradient(x), layerInput(l), true, dz, false, widths[l], widths[l + 1], tokens, false, BF16);
             }
             case REDUCE -> {
-                if (sharding == Sharding.FULL) {
+                if (x.chunk() >= 0) {
+                    int k = x.chunk();
+                    long rowBytes = (long) widths[1] * 2;
+                    comm.allReduce(sharding == Sharding.FULL ? working[x.weight()] : gradients[x.grad()], tailRows[k] * rowBytes,
+                            (long) (tailRows[k + 1] - tailRows[k]) * widths[1], BF16, ReduceOp.SUM, tailAllReduce[k]);
+                } else if (sharding == Sharding.FULL) {
                     comm.reduceScatter(working[x.weight()], 0, counts[l], BF16, ReduceOp.SUM);
                 } else {
                     comm.allReduce(gradients[x.grad()], 0, counts[l], BF16, ReduceOp.SUM, allReduce[l]);
                 }
             }
-            case OPTIMIZE -> commOps.adamStep(master[l], moment1[l], moment2[l],
-                    gradient(x).asSlice(partStart[l] * 2, partSize[l] * 2),
-                    sharding == Sharding.FULL ? null : replica[l], partSize[l], 1f / world, adam.learningRate(), adam.beta1(),
-                    adam.beta2(), adam.epsilon(), steps);
+            case OPTIMIZE -> {
+                // this rank's elements of the layer, or (a tail block) of the block's rows: Adam is element-wise
+                long from = x.chunk() < 0 ? partStart[l] : Math.max(partStart[l], (long) tailRows[x.chunk()] * widths[1]);
+                long to = x.chunk() < 0 ? partStart[l] + partSize[l]
+                        : Math.min(partStart[l] + partSize[l], (long) tailRows[x.chunk() + 1] * widths[1]);
+                if (to > from) {
+                    long at = from - partStart[l];
+                    commOps.adamStep(master[l].asSlice(at * 4), moment1[l].asSlice(at * 4), moment2[l].asSlice(at * 4),
+                            gradient(x).asSlice(from * 2, (to - from) * 2),
+                            sharding == Sharding.FULL ? null : replica[l].asSlice(at * 2), to - from, 1f / world,
+                            adam.learningRate(), adam.beta1(), adam.beta2(), adam.epsilon(), steps);
+                }
+            }
         }
+    }
+
+    /** Tail block k of layer 0's weight gradient, {@code dW[rows] = x[:, rows]ᵀ · dz}, into its rows of {@code grad}. */
+    private void tailGradient(MemorySegment grad, int k) {
+        int rows = tailRows[k + 1] - tailRows[k];
+        computeOps.matmul(grad.asSlice((long) tailRows[k] * widths[1] * 2, (long) rows * widths[1] * 2),
+                input.asSlice((long) tailRows[k] * 2), widths[0], true, outputGradientOf(0), false, rows, widths[1], tokens,
+                false, BF16);
     }
 
     private MemorySegment weight(Action x) {

@@ -24,7 +24,9 @@ import org.symmem4j.parallel.ShardPartition;
  *  working b         bf16, max c_l over layers l ≡ b (mod 2):  —                         whole run
  *   (symmetric)      the gathered weight W_l, then, once the
  *                    backward has read W_l, its gradient dW_l
- *                    (reduce-scatter input; Adam reads block r)
+ *                    (reduce-scatter input, or layer 0's tail
+ *                    blocks all-reduced in place; Adam reads
+ *                    block r)
  *  replica l         —                                       bf16, c_l                 whole run
  *  gradient g        —  (dW lives in working b: no buffer)    bf16, max c_l, l ≡ g        whole run
  *   (symmetric)

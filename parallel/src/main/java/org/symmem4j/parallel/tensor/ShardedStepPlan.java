@@ -23,6 +23,14 @@ import org.symmem4j.parallel.Invariants;
  *             buffer l mod 2 (replicated)
  *  R l: reduce-scatter of dW in place (sharded) or all-reduce (replicated);  O l: Adam on this rank's shard (or replica)
  *  wait: the stream waits for everything the other stream has been given so far (an event)
+ *
+ *  the tail, with K tail chunks ({@link #of(int, boolean, int)}; K = 1 is the plan above): layer 0, whose backward is
+ *  the step's last GEMM and computes no input gradient, writes dW 0 in K blocks of rows, and each block is reduced
+ *  (all-reduced in place, sharded too: the rows of a block lie in any rank's shard) and applied (Adam on the part of
+ *  this rank's shard in it) as soon as its GEMM is done, while the next block's GEMM runs:
+ *   compute  … B1 ─ B0#0 ─ B0#1 ─ … ─ B0#(K-1) ────────────────────────── wait(join)
+ *   comm     … R1 O1 ─ wait ─ R0#0 O0#0 ─ wait ─ R0#1 O0#1 … ─ wait ─ R0#(K-1) O0#(K-1)
+ *  so what is left after the last GEMM is one block's reduction and Adam, 1/K of the whole layer's.
  * </pre>
  *
  * The backward pass needs no gather for the last two layers: after the forward pass the two working buffers still hold
@@ -72,8 +80,15 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
      * @param weight the weight buffer it reads or writes (working buffer sharded, the layer's own replicated), or -1
      * @param grad   the gradient buffer it writes or reads (replicated), or -1: sharded, the gradient of a BACKWARD,
      *               REDUCE or OPTIMIZE lives in the working buffer {@code weight}
+     * @param chunk  the block of rows of the layer's weight gradient a BACKWARD, REDUCE or OPTIMIZE of the tail
+     *               handles (0 .. {@link #tailChunks()} - 1), or -1: the whole layer
      */
-    public record Action(Kind kind, int layer, int weight, int grad) {
+    public record Action(Kind kind, int layer, int weight, int grad, int chunk) {
+
+        /** An action on the whole layer (or a wait). */
+        public Action(Kind kind, int layer, int weight, int grad) {
+            this(kind, layer, weight, grad, -1);
+        }
 
         /** {@return the stream this action is enqueued on (a wait: the stream that waits)} */
         public Stream stream() {
@@ -83,14 +98,14 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
             };
         }
 
-        /** {@return e.g. {@code G1w1}, {@code B2w0} (sharded), {@code B2w2g0}, {@code R3g1}, {@code c<m}, {@code m<c}} */
+        /** {@return e.g. {@code G1w1}, {@code B2w0} (sharded), {@code B2w2g0}, {@code R3g1}, {@code R0w0#2}, {@code c<m}} */
         @Override
         public String toString() {
             return switch (kind) {
                 case COMPUTE_WAITS_COMM -> "c<m";
                 case COMM_WAITS_COMPUTE -> "m<c";
                 default -> kind.name().charAt(0) + Integer.toString(layer) + (weight >= 0 ? "w" + weight : "")
-                        + (grad >= 0 ? "g" + grad : "");
+                        + (grad >= 0 ? "g" + grad : "") + (chunk >= 0 ? "#" + chunk : "");
             };
         }
     }
@@ -117,9 +132,22 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
      * @return the plan
      */
     public static ShardedStepPlan of(int layers, boolean sharded) {
-        if (layers < 1) {
-            throw new IllegalArgumentException("layers=" + layers + ": expected at least 1 (fix: pass the"
-                    + " number of layers of the model)");
+        return of(layers, sharded, 1);
+    }
+
+    /**
+     * The plan of one step whose tail (layer 0's weight gradient, reduction and Adam) runs in {@code tailChunks} blocks
+     * of rows, each reduced and applied while the next one's GEMM runs (see the class comment).
+     *
+     * @param layers     linear layers, at least 1
+     * @param sharded    sharded (gather before use, reduce-scatter) or replicated (all-reduce)
+     * @param tailChunks blocks of layer 0's rows, at least 1 (1: the whole layer at once, reduce-scattered when sharded)
+     * @return the plan
+     */
+    public static ShardedStepPlan of(int layers, boolean sharded, int tailChunks) {
+        if (layers < 1 || tailChunks < 1) {
+            throw new IllegalArgumentException("layers=" + layers + " tailChunks=" + tailChunks + ": expected at least 1"
+                    + " of each (fix: pass the number of layers of the model, and 1 or more tail chunks)");
         }
         List<Action> a = new ArrayList<>();
         int last = layers - 1;
@@ -161,14 +189,57 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
             if (gather) {
                 a.add(new Action(Kind.GATHER, l - 1, (l - 1) % WORKING_BUFFERS, -1));
             }
-            a.add(new Action(Kind.BACKWARD, l, weightBuffer(l, sharded), gradBuffer(l, sharded)));
+            if (l > 0 || tailChunks == 1) {
+                a.add(new Action(Kind.BACKWARD, l, weightBuffer(l, sharded), gradBuffer(l, sharded)));
+            }
         }
-        a.add(wait(Kind.COMM_WAITS_COMPUTE));
-        a.add(new Action(Kind.REDUCE, 0, sharded ? 0 : -1, gradBuffer(0, sharded)));
-        a.add(new Action(Kind.OPTIMIZE, 0, 0, gradBuffer(0, sharded)));
+        // layer 0's gradient is the last GEMM's: reduced and applied whole, or block by block behind the next block's GEMM
+        for (int k = tailChunks == 1 ? -1 : 0; k < (tailChunks == 1 ? 0 : tailChunks); k++) {
+            if (k >= 0) {
+                a.add(new Action(Kind.BACKWARD, 0, weightBuffer(0, sharded), gradBuffer(0, sharded), k));
+            }
+            a.add(wait(Kind.COMM_WAITS_COMPUTE));
+            a.add(new Action(Kind.REDUCE, 0, sharded ? 0 : -1, gradBuffer(0, sharded), k));
+            a.add(new Action(Kind.OPTIMIZE, 0, 0, gradBuffer(0, sharded), k));
+        }
         // join: the step is complete once the compute stream is (timing, synchronize, the host's next input copy)
         a.add(wait(Kind.COMPUTE_WAITS_COMM));
         return new ShardedStepPlan(layers, sharded, a);
+    }
+
+    /** {@return the blocks of rows layer 0's tail runs in (1: whole)} */
+    public int tailChunks() {
+        return 1 + Math.max(0, actions.stream().mapToInt(Action::chunk).max().orElse(0));
+    }
+
+    /**
+     * Where the tail's blocks of layer 0's weight gradient ({@code rows × cols}, row-major) start and end: at most
+     * {@code chunks} blocks of whole rows, as equal as can be, each starting at an element that is a multiple of 32
+     * (64 bytes of bfloat16: the shards' block, so that every block's reduction and Adam start aligned).
+     *
+     * @param rows   the layer's rows (its input width)
+     * @param cols   the layer's columns (its output width)
+     * @param chunks the blocks wanted, at least 1
+     * @return the blocks' first rows and, last, {@code rows}; a single block (length 2) when the layer has too few rows
+     */
+    public static int[] tailChunkRows(int rows, int cols, int chunks) {
+        if (rows < 1 || cols < 1 || chunks < 1) {
+            throw new IllegalArgumentException("rows=" + rows + " cols=" + cols + " chunks=" + chunks + ": expected all"
+                    + " positive (fix: pass layer 0's widths and 1 or more chunks)");
+        }
+        int step = 32 / gcd(cols, 32); // rows per 32-element multiple
+        int units = rows / step;
+        int k = Math.max(1, Math.min(chunks, units));
+        int[] at = new int[k + 1];
+        for (int i = 1; i < k; i++) {
+            at[i] = (int) ((long) i * units / k) * step;
+        }
+        at[k] = rows;
+        return at;
+    }
+
+    private static int gcd(int a, int b) {
+        return b == 0 ? a : gcd(b, a % b);
     }
 
     private static int weightBuffer(int layer, boolean sharded) {
@@ -254,16 +325,19 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
      */
     public void validate(int steps) {
         Clocks c = Clocks.of(this, steps);
-        List<Access> accesses = new ArrayList<>();
+        List<Access> whole = new ArrayList<>();
         for (int i = 0; i < c.run().size(); i++) {
             Action x = c.run().get(i);
             int l = x.layer();
-            String w = "weight" + x.weight();
+            // a tail block's action touches its block of each buffer (part k of K), any other action every part
+            String part = x.chunk() >= 0 ? "#" + x.chunk() : "";
+            String w = "weight" + x.weight() + part;
             // sharded, a layer's gradient is written over its weight in the working buffer
-            String g = x.grad() >= 0 ? "grad" + x.grad() : w;
+            String g = (x.grad() >= 0 ? "grad" + x.grad() : "weight" + x.weight()) + part;
+            List<Access> accesses = new ArrayList<>();
             switch (x.kind()) {
                 case GATHER -> {
-                    accesses.add(new Access(i, "master" + l, "master " + l, null));
+                    accesses.add(new Access(i, "master" + l + part, "master " + l, null));
                     accesses.add(new Access(i, w, null, "W " + l));
                 }
                 case FORWARD -> accesses.add(new Access(i, w, "W " + l, null));
@@ -275,7 +349,7 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
                 case REDUCE -> accesses.add(new Access(i, g, "dW " + l, "dW " + l + " reduced"));
                 case OPTIMIZE -> {
                     accesses.add(new Access(i, g, "dW " + l + " reduced", null));
-                    accesses.add(new Access(i, "master" + l, "master " + l, "master " + l));
+                    accesses.add(new Access(i, "master" + l + part, "master " + l, "master " + l));
                     if (!sharded) {
                         accesses.add(new Access(i, w, null, "W " + l));
                     }
@@ -283,10 +357,18 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
                 default -> {
                 }
             }
+            whole.addAll(accesses);
         }
+        int parts = tailChunks();
         Map<String, List<Access>> byBuffer = new HashMap<>();
-        for (Access a : accesses) {
-            byBuffer.computeIfAbsent(a.buffer(), k -> new ArrayList<>()).add(a);
+        for (Access a : whole) {
+            boolean block = a.buffer().contains("#");
+            for (int k = 0; k < parts; k++) {
+                if (!block || a.buffer().endsWith("#" + k)) {
+                    String name = block ? a.buffer() : a.buffer() + "#" + k;
+                    byBuffer.computeIfAbsent(name, n -> new ArrayList<>()).add(new Access(a.index(), name, a.reads(), a.writes()));
+                }
+            }
         }
         for (List<Access> list : byBuffer.values()) {
             for (int p = 0; p < list.size(); p++) {

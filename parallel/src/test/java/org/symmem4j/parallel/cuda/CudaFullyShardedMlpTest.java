@@ -23,6 +23,8 @@ import org.symmem4j.parallel.tensor.FullyShardedMlp;
 import org.symmem4j.parallel.tensor.FullyShardedMlp.Adam;
 import org.symmem4j.parallel.tensor.FullyShardedMlp.Sharding;
 import org.symmem4j.parallel.tensor.ShardedStepMemory;
+import org.symmem4j.parallel.tensor.ShardedStepPlan;
+import org.symmem4j.parallel.tensor.StepTimeline;
 
 /**
  * {@link FullyShardedMlp} on GPUs against a float64 host reference of the same steps: every rank its own batch, the
@@ -72,6 +74,18 @@ class CudaFullyShardedMlpTest {
     void theMlpBlockMatchesTheReference() {
         check(64, new int[] {64, 256, 64}, 1);
         check(64, new int[] {64, 256, 64}, 2);
+    }
+
+    /**
+     * Layer 0's tail whole (1 block: its gradient reduce-scattered, the schedule before the tail blocks) and in 3 blocks
+     * (all-reduced block by block), both against the reference and sharded = replicated bitwise; and the recorded
+     * timeline of the last step: every action has a span, a stream's actions do not overlap, and the last block's
+     * reduction and Adam end after the last GEMM.
+     */
+    @Test
+    void theTailWholeOrInBlocksMatchesTheReferenceAndItsTimelineEndsWithOneBlock() {
+        check(64, new int[] {64, 256, 64}, 2, 1, true);
+        check(64, new int[] {64, 256, 64}, 2, 3, true);
     }
 
     /**
@@ -154,6 +168,10 @@ class CudaFullyShardedMlpTest {
     }
 
     private static void check(int tokens, int[] widths, int steps) {
+        check(tokens, widths, steps, FullyShardedMlp.defaultTailChunks(GPU.worldSize()), false);
+    }
+
+    private static void check(int tokens, int[] widths, int steps, int tailChunks, boolean timeline) {
         int world = GPU.worldSize();
         int layers = widths.length - 1;
         Reference ref = new Reference(tokens, widths, world);
@@ -164,8 +182,8 @@ class CudaFullyShardedMlpTest {
         for (int step = 1; step <= steps; step++) {
             ref.step(step, adam);
         }
-        List<Result> sharded = GPU.onEveryRank(group -> run(group, tokens, widths, steps, Sharding.FULL, adam));
-        List<Result> replicated = GPU.onEveryRank(group -> run(group, tokens, widths, steps, Sharding.NONE, adam));
+        List<Result> sharded = GPU.onEveryRank(group -> run(group, tokens, widths, steps, Sharding.FULL, adam, tailChunks, timeline));
+        List<Result> replicated = GPU.onEveryRank(group -> run(group, tokens, widths, steps, Sharding.NONE, adam, tailChunks, timeline));
         for (int r = 0; r < world; r++) {
             Result s = sharded.get(r);
             Result p = replicated.get(r);
@@ -220,12 +238,34 @@ class CudaFullyShardedMlpTest {
         }
     }
 
+    private static void checkTimeline(FullyShardedMlp mlp, StepTimeline.Timeline t, int tailChunks) {
+        long actions = mlp.plan().actions().stream().filter(x -> x.layer() >= 0).count();
+        assertEquals(actions, t.spans().size(), t.table());
+        assertEquals(Math.min(tailChunks, 64), mlp.plan().tailChunks());
+        for (ShardedStepPlan.Stream stream : ShardedStepPlan.Stream.values()) {
+            double end = 0;
+            for (StepTimeline.Span s : t.spans()) {
+                if (s.action().stream() == stream) {
+                    assertTrue(s.startMillis() >= end - 1e-3 && s.endMillis() >= s.startMillis(), s + " in\n" + t.table());
+                    end = s.endMillis();
+                }
+            }
+        }
+        int last = tailChunks == 1 ? -1 : tailChunks - 1;
+        List<String> tail = t.tail().stream().map(s -> s.action().toString().replaceAll("[wg]\\d", "")).toList();
+        // the last block's reduction and Adam are ordered after the last GEMM (an earlier block's may still run then at
+        // these tiny shapes, where a GEMM is shorter than a collective: the plan's test checks what the plan allows)
+        String suffix = last < 0 ? "" : "#" + last;
+        assertTrue(tail.contains("R0" + suffix) && tail.contains("O0" + suffix), "after the last GEMM: " + tail + "\n"
+                + t.summary() + "\n" + t.table());
+    }
+
     /** What one rank saw: each step's output, and its master elements after the steps. */
     record Result(List<double[]> outputs, List<float[]> masters, long[] starts, boolean bitwiseComparable) {
     }
 
     private static Result run(org.symmem4j.parallel.Group group, int tokens, int[] widths, int steps, Sharding sharding,
-                              Adam adam) {
+                              Adam adam, int tailChunks, boolean recordTimeline) {
         int rank = group.rank();
         int layers = widths.length - 1;
         // each rank's GPU state of the group itself made now (describe uses it), so that the model adds only its own;
@@ -240,7 +280,7 @@ class CudaFullyShardedMlpTest {
         assertTrue(!java.lang.foreign.MemorySegment.NULL.equals(callers), "rank " + rank + ": a context is current");
         Result result;
         FullyShardedMlp closed;
-        try (FullyShardedMlp mlp = new FullyShardedMlp(group, tokens, widths, sharding, adam);
+        try (FullyShardedMlp mlp = new FullyShardedMlp(group, tokens, widths, sharding, adam, tailChunks);
              Arena arena = Arena.ofConfined()) {
             closed = mlp;
             for (int l = 0; l < layers; l++) {
@@ -253,7 +293,17 @@ class CudaFullyShardedMlpTest {
                         Reference.input(tokens, widths, step, rank), DType.BFLOAT16));
                 mlp.device().copyFromHost(mlp.outputGradient(), CudaTensorParallelTest.toHost(arena,
                         Reference.outputGradient(tokens, widths, step, rank), DType.BFLOAT16));
+                StepTimeline timeline = null;
+                if (step == steps && recordTimeline) {
+                    mlp.synchronize(); // the timeline's events are created while no peer's kernel can wait for this rank
+                    group.allGatherBytes("fsdp-timeline", new byte[0]);
+                    timeline = mlp.recordTimeline();
+                }
                 mlp.step();
+                if (timeline != null) {
+                    checkTimeline(mlp, timeline.read(), tailChunks);
+                    timeline.close();
+                }
                 outputs.add(CudaTensorParallelTest.download(mlp.device(), arena, mlp.output(), tokens * widths[layers],
                         DType.BFLOAT16));
             }

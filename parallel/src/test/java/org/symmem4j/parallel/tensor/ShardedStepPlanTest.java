@@ -1,5 +1,6 @@
 package org.symmem4j.parallel.tensor;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -79,6 +80,79 @@ class ShardedStepPlanTest {
     }
 
     @Test
+    void theTailRunsInBlocksWithOneBlockLeftAfterTheLastGemm() {
+        // layer 0's gradient in blocks of rows, each reduced and applied while the next block's GEMM runs
+        assertEquals("m<c G0w0 c<m m<c G1w1 F0w0 c<m F1w1 B1w1 m<c R1w1 O1w1 B0w0#0 m<c R0w0#0 O0w0#0 B0w0#1 m<c"
+                + " R0w0#1 O0w0#1 c<m", ShardedStepPlan.of(2, true, 2).toString());
+        assertEquals("c<m F0w0 F1w1 B1w1g1 m<c R1g1 O1w1g1 B0w0g0#0 m<c R0g0#0 O0w0g0#0 B0w0g0#1 m<c R0g0#1 O0w0g0#1"
+                + " B0w0g0#2 m<c R0g0#2 O0w0g0#2 c<m", ShardedStepPlan.of(2, false, 3).toString());
+        for (int layers = 1; layers <= 6; layers++) {
+            for (boolean sharded : new boolean[] {true, false}) {
+                for (int chunks = 1; chunks <= 5; chunks++) {
+                    ShardedStepPlan plan = ShardedStepPlan.of(layers, sharded, chunks);
+                    plan.validate(3);
+                    assertEquals(chunks, plan.tailChunks(), plan.toString());
+                    List<Action> a = plan.actions();
+                    int lastGemm = -1;
+                    for (int i = 0; i < a.size(); i++) {
+                        if (a.get(i).kind() == Kind.BACKWARD || a.get(i).kind() == Kind.FORWARD) {
+                            lastGemm = i;
+                        }
+                    }
+                    int last = lastGemm;
+                    assertEquals(new Action(Kind.BACKWARD, 0, 0, sharded ? -1 : 0, chunks == 1 ? -1 : chunks - 1), a.get(last));
+                    // what runs after the last GEMM (ordered after it, not overlapping it): that block's reduction and Adam
+                    List<Action> after = new ArrayList<>();
+                    for (int i = last + 1; i < a.size(); i++) {
+                        Kind k = a.get(i).kind();
+                        if ((k == Kind.REDUCE || k == Kind.OPTIMIZE || k == Kind.GATHER) && !plan.mayOverlap(i, last)) {
+                            after.add(a.get(i));
+                        }
+                    }
+                    int c = chunks == 1 ? -1 : chunks - 1;
+                    assertEquals(List.of(new Action(Kind.REDUCE, 0, sharded ? 0 : -1, sharded ? -1 : 0, c),
+                            new Action(Kind.OPTIMIZE, 0, 0, sharded ? -1 : 0, c)), after, plan.toString());
+                    // and each earlier block's reduction and Adam may run during the next block's GEMM
+                    for (int k = 0; k + 1 < chunks; k++) {
+                        int reduce = a.indexOf(new Action(Kind.REDUCE, 0, sharded ? 0 : -1, sharded ? -1 : 0, k));
+                        int optimize = a.indexOf(new Action(Kind.OPTIMIZE, 0, 0, sharded ? -1 : 0, k));
+                        int next = a.indexOf(new Action(Kind.BACKWARD, 0, 0, sharded ? -1 : 0, k + 1));
+                        assertTrue(plan.mayOverlap(reduce, next) && plan.mayOverlap(optimize, next), plan.toString());
+                    }
+                }
+            }
+        }
+        // a block reduced before its GEMM has written it: the block's part of the working buffer races
+        ShardedStepPlan chunked = ShardedStepPlan.of(2, true, 3);
+        int waitBeforeR01 = chunked.actions().indexOf(new Action(Kind.REDUCE, 0, 0, -1, 1)) - 1;
+        assertEquals(Kind.COMM_WAITS_COMPUTE, chunked.actions().get(waitBeforeR01).kind());
+        IllegalStateException e = assertThrows(IllegalStateException.class, () -> without(chunked, waitBeforeR01).validate(2));
+        assertTrue(e.getMessage().contains("race on weight0#1") && e.getMessage().contains("R0w0#1"), e.getMessage());
+        assertThrows(IllegalArgumentException.class, () -> ShardedStepPlan.of(2, true, 0));
+    }
+
+    @Test
+    void tailBlocksAreWholeRowsStartingAt64ByteMultiples() {
+        assertArrayEquals(new int[] {0, 12, 24, 36, 48}, ShardedStepPlan.tailChunkRows(48, 96, 4));
+        assertArrayEquals(new int[] {0, 1024, 2048, 3072, 4096}, ShardedStepPlan.tailChunkRows(4096, 14336, 4));
+        assertArrayEquals(new int[] {0, 16, 48, 64, 100}, ShardedStepPlan.tailChunkRows(100, 10, 4));
+        assertArrayEquals(new int[] {0, 3}, ShardedStepPlan.tailChunkRows(3, 10, 4)); // too few rows: one block
+        assertArrayEquals(new int[] {0, 64}, ShardedStepPlan.tailChunkRows(64, 256, 1));
+        for (int rows = 1; rows <= 70; rows += 3) {
+            for (int cols : new int[] {1, 3, 10, 32, 48, 96, 100}) {
+                for (int chunks = 1; chunks <= 6; chunks++) {
+                    int[] at = ShardedStepPlan.tailChunkRows(rows, cols, chunks);
+                    assertTrue(at.length >= 2 && at.length - 1 <= chunks && at[0] == 0 && at[at.length - 1] == rows);
+                    for (int k = 1; k < at.length; k++) {
+                        assertTrue(at[k] > at[k - 1], rows + "x" + cols + " in " + chunks);
+                        assertEquals(0, (long) at[k - 1] * cols % 32, rows + "x" + cols + " in " + chunks);
+                    }
+                }
+            }
+        }
+    }
+
+    @Test
     void brokenPlansAreRejected() {
         ShardedStepPlan good = ShardedStepPlan.of(4, true);
         List<Action> a = good.actions();
@@ -132,6 +206,10 @@ class ShardedStepPlanTest {
             IllegalArgumentException bad = assertThrows(IllegalArgumentException.class, () -> new FullyShardedMlp(group, 8,
                     new int[] {16}, FullyShardedMlp.Sharding.FULL, FullyShardedMlp.Adam.defaults()));
             assertTrue(bad.getMessage().contains("widths=[16]") && bad.getMessage().contains("at least two"), bad.getMessage());
+            IllegalArgumentException chunks = assertThrows(IllegalArgumentException.class, () -> new FullyShardedMlp(group, 8,
+                    new int[] {16, 32, 16}, FullyShardedMlp.Sharding.FULL, FullyShardedMlp.Adam.defaults(), 0));
+            assertTrue(chunks.getMessage().contains("tailChunks=0") && chunks.getMessage().contains("fix:"),
+                    chunks.getMessage());
             UnsupportedOperationException host = assertThrows(UnsupportedOperationException.class, () -> new FullyShardedMlp(
                     group, 8, new int[] {16, 32, 16}, FullyShardedMlp.Sharding.FULL, FullyShardedMlp.Adam.defaults()));
             assertTrue(host.getMessage().contains("runs on GPUs") && host.getMessage().contains("CudaTransport"),

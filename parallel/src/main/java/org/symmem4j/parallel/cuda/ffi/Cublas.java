@@ -222,13 +222,34 @@ public final class Cublas {
      */
     public void gemm(MemorySegment handle, long c, long a, long b, int m, int n, int k, boolean transA, boolean transB,
               boolean accumulate, DType dtype) {
+        gemm(handle, c, a, transA ? m : k, b, m, n, k, transA, transB, accumulate, dtype);
+    }
+
+    /**
+     * {@link #gemm(MemorySegment, long, long, long, int, int, int, boolean, boolean, boolean, DType)} with {@code a}'s
+     * stored rows {@code lda} elements apart (a block of a wider row-major matrix).
+     *
+     * @param handle     a handle of {@link #createHandle}
+     * @param c          device address of the row-major {@code m × n} output
+     * @param a          device address of a's first element
+     * @param lda        elements between a's stored rows, at least its row length
+     * @param b          device address of b
+     * @param m          rows of the output
+     * @param n          columns of the output
+     * @param k          the inner dimension
+     * @param transA     whether a is stored transposed
+     * @param transB     whether b is stored transposed
+     * @param accumulate add to c
+     * @param dtype      FLOAT32 or BFLOAT16
+     */
+    public void gemm(MemorySegment handle, long c, long a, int lda, long b, int m, int n, int k, boolean transA,
+                     boolean transB, boolean accumulate, DType dtype) {
         int type = switch (dtype) {
             case FLOAT32 -> CUDA_R_32F;
             case BFLOAT16 -> CUDA_R_16BF;
             default -> throw new IllegalArgumentException("GEMM dtype " + dtype + ": expected FLOAT32 or BFLOAT16 (fix:"
                     + " convert the operands to one of them)");
         };
-        int lda = transA ? m : k;
         int ldb = transB ? k : n;
         // a local of the exact type: invokeExact takes a conditional expression's static type as it infers it
         MemorySegment beta = accumulate ? one : zero;
