@@ -190,9 +190,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.runTimeline = o.timelineSteps() > 0 ? new RunTimeline(o.timelineSteps()) : null;
         this.scheduleKind = b.schedule;
         this.schedule = schedule;
-        this.unsplitBackwardLayers = b.schedule.splitsBackward()
-                ? SplitBackward.unsplitLayers(b.network.getLayerWiseConfigurations(), b.tensorParallel,
-                b.tensorParallelColumns) : List.of();
+        this.unsplitBackwardLayers = !b.schedule.splitsBackward() ? List.of()
+                : b.network instanceof GraphLayerNetwork g ? g.wiring().unsplitLayers()
+                : SplitBackward.unsplitLayers(b.network.getLayerWiseConfigurations(), b.tensorParallel,
+                b.tensorParallelColumns);
         this.shape = shape;
         this.linkSlots = linkSlots;
         this.timeout = o.timeout();
