@@ -147,6 +147,57 @@ class PipelineResidualGraphTest {
         assertTrue(diff <= TOLERANCE, name + ": plain fit after copyParametersTo differs by " + diff);
     }
 
+    /** Trains {@code builder}'s trainer on {@code data}; the trained parameters and updater state copied into {@code into}. */
+    private static ComputationGraph train(PipelineParallelTrainerBuilder builder, List<DataSet> data,
+                                          ComputationGraph into) {
+        try (PipelineParallelTrainer trainer = builder.build()) {
+            for (DataSet batch : data) {
+                trainer.fit(batch);
+            }
+            trainer.copyParametersTo(into); // collective in group mode
+        }
+        return into;
+    }
+
+    /**
+     * Group mode (a rank per stage, each its own trainer over an in-JVM group): every rank's gathered graph is bitwise
+     * the thread-mode trainer's, parameters and Adam state, 1F1B with several microbatches.
+     */
+    @ParameterizedTest(name = "{0} ranks")
+    @org.junit.jupiter.params.provider.ValueSource(ints = {2, 3})
+    void groupModeRanksTrainBitwiseLikeThreadMode(int ranks) {
+        List<DataSet> data = PipelineModels.batches(PipelineModels.Data.DENSE, 9, 3, 8);
+        ComputationGraph threads = train(PipelineParallelTrainer.builder(residualMlp()).ranks(ranks).microbatches(4)
+                .schedule(PipelineSchedule.ONE_F_ONE_B), data, residualMlp());
+        List<ComputationGraph> perRank = PipelineGroupModeTest.onEveryRank(ranks, group -> train(
+                PipelineParallelTrainer.builder(residualMlp()).group(group).microbatches(4)
+                        .schedule(PipelineSchedule.ONE_F_ONE_B), data, residualMlp()));
+        for (int r = 0; r < ranks; r++) {
+            assertArrayEquals(threads.params().toDoubleVector(), perRank.get(r).params().toDoubleVector(),
+                    "rank " + r + " of " + ranks + ": parameters");
+            assertArrayEquals(threads.getUpdater().getStateViewArray().toDoubleVector(),
+                    perRank.get(r).getUpdater().getStateViewArray().toDoubleVector(), "rank " + r + ": Adam state");
+        }
+    }
+
+    /**
+     * builder(configuration): the stages draw their parameters as DL4J's init() of the graph would (hollow graph and
+     * layer network, holding no values) and train bitwise as {@code graph.fit} from that init, one microbatch.
+     */
+    @Test
+    void fromTheConfigurationTrainsBitwiseLikeTheInitialisedGraph() {
+        List<DataSet> data = PipelineModels.batches(PipelineModels.Data.DENSE, 10, 3, 8);
+        ComputationGraph reference = residualMlp();
+        for (DataSet batch : data) {
+            reference.fit(batch);
+        }
+        ComputationGraph trained = train(PipelineParallelTrainer.builder(residualMlp().getConfiguration().clone())
+                .ranks(3).microbatches(1), data, residualMlp());
+        assertArrayEquals(reference.params().toDoubleVector(), trained.params().toDoubleVector());
+        assertArrayEquals(reference.getUpdater().getStateViewArray().toDoubleVector(),
+                trained.getUpdater().getStateViewArray().toDoubleVector());
+    }
+
     @Test
     void zeroBubbleRunsGraphStagesWholeAndEqualsOneFOneBBitwise() {
         List<DataSet> batches = PipelineModels.batches(PipelineModels.Data.DENSE, 8, 3, 8);
