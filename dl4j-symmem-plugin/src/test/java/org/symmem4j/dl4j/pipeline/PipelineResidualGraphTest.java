@@ -198,6 +198,42 @@ class PipelineResidualGraphTest {
                 trained.getUpdater().getStateViewArray().toDoubleVector());
     }
 
+    /**
+     * A checkpoint of a residual graph (a shard per stage and the graph as model.zip) restores into a fresh trainer on
+     * another graph of the configuration, which trains on bitwise as the uninterrupted one.
+     */
+    @Test
+    void restoredTrainingGoesOnBitwiseAsUninterruptedTraining(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir)
+            throws Exception {
+        List<DataSet> data = PipelineModels.batches(PipelineModels.Data.DENSE, 11, 4, 8);
+        ComputationGraph uninterrupted = residualMlp();
+        ComputationGraph atSave;
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(uninterrupted).ranks(3).microbatches(4)
+                .build()) {
+            trainer.fit(data.get(0));
+            trainer.fit(data.get(1));
+            trainer.saveCheckpoint(dir);
+            atSave = uninterrupted.clone();
+            trainer.fit(data.get(2));
+            trainer.fit(data.get(3));
+        }
+        ComputationGraph loaded = org.deeplearning4j.util.ModelSerializer.restoreComputationGraph(
+                dir.resolve("model.zip").toFile(), true);
+        assertArrayEquals(atSave.params().toDoubleVector(), loaded.params().toDoubleVector(), "model.zip");
+        ComputationGraph restored = residualMlp();
+        restored.params().muli(0.5);
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(restored).ranks(3).microbatches(4)
+                .schedule(PipelineSchedule.GPIPE).build()) {
+            trainer.restoreCheckpoint(dir);
+            assertArrayEquals(atSave.params().toDoubleVector(), restored.params().toDoubleVector(), "after the restore");
+            trainer.fit(data.get(2));
+            trainer.fit(data.get(3));
+        }
+        assertArrayEquals(uninterrupted.params().toDoubleVector(), restored.params().toDoubleVector());
+        assertArrayEquals(uninterrupted.getUpdater().getStateViewArray().toDoubleVector(),
+                restored.getUpdater().getStateViewArray().toDoubleVector());
+    }
+
     @Test
     void zeroBubbleRunsGraphStagesWholeAndEqualsOneFOneBBitwise() {
         List<DataSet> batches = PipelineModels.batches(PipelineModels.Data.DENSE, 8, 3, 8);
