@@ -96,6 +96,32 @@ class PipelineResidualGraphTest {
         return graph;
     }
 
+    /**
+     * A ResNet basic block as DL4J's zoo writes them: stem conv -> (conv -> batch norm -> relu -> conv -> batch norm)
+     * add(skip) -> relu -> global average pooling -> output.
+     */
+    static ComputationGraph resnetBlock() {
+        ComputationGraphConfiguration conf = base(44).graphBuilder().addInputs("images")
+                .addLayer("stem", new ConvolutionLayer.Builder(3, 3).nOut(4).convolutionMode(ConvolutionMode.Same)
+                        .activation(Activation.RELU).build(), "images")
+                .addLayer("c1", new ConvolutionLayer.Builder(3, 3).nOut(4).convolutionMode(ConvolutionMode.Same)
+                        .activation(Activation.IDENTITY).build(), "stem")
+                .addLayer("bn1", new org.deeplearning4j.nn.conf.layers.BatchNormalization.Builder().build(), "c1")
+                .addLayer("relu1", new org.deeplearning4j.nn.conf.layers.ActivationLayer(Activation.RELU), "bn1")
+                .addLayer("c2", new ConvolutionLayer.Builder(3, 3).nOut(4).convolutionMode(ConvolutionMode.Same)
+                        .activation(Activation.IDENTITY).build(), "relu1")
+                .addLayer("bn2", new org.deeplearning4j.nn.conf.layers.BatchNormalization.Builder().build(), "c2")
+                .addVertex("add", new ElementWiseVertex(ElementWiseVertex.Op.Add), "stem", "bn2")
+                .addLayer("relu2", new org.deeplearning4j.nn.conf.layers.ActivationLayer(Activation.RELU), "add")
+                .addLayer("gap", new org.deeplearning4j.nn.conf.layers.GlobalPoolingLayer(PoolingType.AVG), "relu2")
+                .addLayer("out", new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nOut(PipelineModels.CLASSES)
+                        .activation(Activation.SOFTMAX).build(), "gap")
+                .setOutputs("out").setInputTypes(InputType.convolutional(10, 10, 2)).build();
+        ComputationGraph graph = new ComputationGraph(conf);
+        graph.init();
+        return graph;
+    }
+
     static Stream<Arguments> runs() {
         return Stream.of(
                 Arguments.of("MLP, 2 stages, GPipe, 1 microbatch", true, PipelineSchedule.GPIPE, 2, 1, null),
@@ -106,18 +132,21 @@ class PipelineResidualGraphTest {
                 Arguments.of("conv block, 2 stages, 1F1B, 1 microbatch", false, PipelineSchedule.ONE_F_ONE_B, 2, 1,
                         new int[] {3}),
                 Arguments.of("conv block, 3 stages, GPipe, 2 microbatches", false, PipelineSchedule.GPIPE, 3, 2,
-                        new int[] {1, 4}));
+                        new int[] {1, 4}),
+                // batch normalization normalizes each microbatch alone: one microbatch is DL4J's own definition
+                Arguments.of("ResNet basic block with batch norm, 3 stages, 1F1B, 1 microbatch", null,
+                        PipelineSchedule.ONE_F_ONE_B, 3, 1, null));
     }
 
     @ParameterizedTest(name = "{0}")
     @MethodSource("runs")
-    void trainsLikeGraphFitOnTheMergedBatch(String name, boolean mlp, PipelineSchedule schedule, int ranks,
+    void trainsLikeGraphFitOnTheMergedBatch(String name, Boolean mlp, PipelineSchedule schedule, int ranks,
                                             int microbatches, int[] boundaries) {
-        ComputationGraph graph = mlp ? residualMlp() : residualConv();
+        ComputationGraph graph = mlp == null ? resnetBlock() : mlp ? residualMlp() : residualConv();
         ComputationGraph reference = graph.clone();
         ComputationGraph trained = graph.clone();
-        List<DataSet> batches = PipelineModels.batches(mlp ? PipelineModels.Data.DENSE : PipelineModels.Data.IMAGES,
-                7, 4, 8);
+        List<DataSet> batches = PipelineModels.batches(Boolean.TRUE.equals(mlp) ? PipelineModels.Data.DENSE
+                : PipelineModels.Data.IMAGES, 7, 4, 8);
         PipelineParallelTrainerBuilder builder = PipelineParallelTrainer.builder(graph).ranks(ranks)
                 .microbatches(microbatches).schedule(schedule);
         if (boundaries != null) {
@@ -196,6 +225,26 @@ class PipelineResidualGraphTest {
         assertArrayEquals(reference.params().toDoubleVector(), trained.params().toDoubleVector());
         assertArrayEquals(reference.getUpdater().getStateViewArray().toDoubleVector(),
                 trained.getUpdater().getStateViewArray().toDoubleVector());
+    }
+
+    /**
+     * DP x PP: 2 data-parallel replicas of a 3-stage residual pipeline, each replica 2 microbatches of the batch,
+     * agree with {@code graph.fit} on the merged batch to rounding (a sum over 4 pieces in place of one product).
+     */
+    @Test
+    void dataParallelReplicasOfAResidualPipelineTrainLikeGraphFit() {
+        List<DataSet> data = PipelineModels.batches(PipelineModels.Data.DENSE, 12, 3, 8);
+        ComputationGraph reference = residualMlp();
+        ComputationGraph trained = residualMlp();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(trained).ranks(3).dataParallel(2)
+                .microbatches(2).build()) {
+            for (DataSet batch : data) {
+                trainer.fit(batch);
+                reference.fit(batch);
+                double diff = Nets.maxRelativeDifference(trained.params(), reference.params());
+                assertTrue(diff <= TOLERANCE, "dp x pp: " + diff);
+            }
+        }
     }
 
     /**
