@@ -247,6 +247,23 @@ class PipelineResidualGraphTest {
         }
     }
 
+    /** Interleaved 1F1B: 2 ranks of 2 stages each, the 4 stages at the MLP's 4 cut vertices; to rounding. */
+    @Test
+    void interleavedStagesTrainLikeGraphFit() {
+        List<DataSet> data = PipelineModels.batches(PipelineModels.Data.DENSE, 13, 3, 8);
+        ComputationGraph reference = residualMlp();
+        ComputationGraph trained = residualMlp();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(trained).ranks(2).microbatches(4)
+                .schedule(PipelineSchedule.INTERLEAVED, 2).build()) {
+            for (DataSet batch : data) {
+                trainer.fit(batch);
+                reference.fit(batch);
+                double diff = Nets.maxRelativeDifference(trained.params(), reference.params());
+                assertTrue(diff <= TOLERANCE, "interleaved: " + diff);
+            }
+        }
+    }
+
     /**
      * A checkpoint of a residual graph (a shard per stage and the graph as model.zip) restores into a fresh trainer on
      * another graph of the configuration, which trains on bitwise as the uninterrupted one.
