@@ -119,6 +119,11 @@ final class GraphWiring {
         }
         for (int p = 1; p < wiring.names.length; p++) {
             org.deeplearning4j.nn.conf.graph.GraphVertex v = conf.getVertices().get(wiring.names[p]);
+            if (p < wiring.names.length - 1 && wiring.lastReader[p] == 0) {
+                throw new IllegalArgumentException("graph vertex \"" + wiring.names[p] + "\" feeds no other vertex and"
+                        + " is not the output: expected every vertex to lead to the output (fix: remove it, or train"
+                        + " this graph with SymmemParallelWrapper)");
+            }
             if (v instanceof LayerVertex) {
                 if (wiring.inputs[p].length != 1) {
                     throw new IllegalArgumentException("graph vertex \"" + wiring.names[p] + "\" is a layer with "
