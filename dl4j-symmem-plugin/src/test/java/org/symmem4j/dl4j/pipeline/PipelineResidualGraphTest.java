@@ -324,7 +324,7 @@ class PipelineResidualGraphTest {
     }
 
     @Test
-    void aBoundaryInsideAResidualBlockIsRefusedNamingTheCrossingVertex() {
+    void aBoundaryInsideAResidualBlockAndASplitByMeasuredTimesAreRefused() {
         // layer 2 is b1: stem's output crosses to add1
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer
                 .builder(residualMlp()).ranks(2).microbatches(2).stageBoundaries(2).build());
@@ -337,6 +337,12 @@ class PipelineResidualGraphTest {
                 .microbatches(6).build());
         assertTrue(e.getMessage().contains("stages=6 but the graph has 5 places a stage may start")
                 && e.getMessage().contains("fix: use at most 5 stages"), e.getMessage());
+
+        DataSet sample = PipelineModels.batches(PipelineModels.Data.DENSE, 14, 1, 8).getFirst();
+        e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer.builder(residualMlp()).ranks(2)
+                .microbatches(2).splitByMeasuredTimes(sample).build());
+        assertTrue(e.getMessage().contains("with splitByMeasuredTimes") && e.getMessage().contains("fix:"),
+                e.getMessage());
     }
 
     @Test
