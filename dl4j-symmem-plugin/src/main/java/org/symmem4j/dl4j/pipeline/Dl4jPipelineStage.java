@@ -91,6 +91,8 @@ public final class Dl4jPipelineStage implements StageCompute {
     /** This stage's rank in its tensor-parallel group (a shard's stage), or -1 for a stage of the whole network. */
     private int tensorParallelRank = -1;
     private StepPlan plan;
+    /** The stage's part of a graph with branches, which runs in place of the layer chain ({@link #graph}), or null. */
+    private GraphStagePasses graph;
     /** By microbatch: the stage's input, from forward until backward. */
     private INDArray[] stageInputs = new INDArray[0];
     /** By microbatch and layer: each layer's input (after its preprocessor), from forward until backward. */
@@ -262,6 +264,15 @@ public final class Dl4jPipelineStage implements StageCompute {
         }
     }
 
+    /**
+     * Makes this a stage of a graph with branches ({@link GraphWiring}): forward and backward run {@code passes}, the
+     * stage's vertices in topological order, on this network's layers. Under ZB-H1 its backward runs whole in the
+     * input-gradient action. Set before the first step.
+     */
+    void graph(GraphStagePasses passes) {
+        this.graph = Objects.requireNonNull(passes, "passes");
+    }
+
     /** Hands the stage the next step's plan (stage 0 reads features, the last stage labels) and resets its step state. */
     void beginStep(StepPlan plan) {
         this.plan = Objects.requireNonNull(plan, "plan");
@@ -276,6 +287,9 @@ public final class Dl4jPipelineStage implements StageCompute {
         layerSums = new int[layers.length];
         for (BatchNormRunningStats bn : batchNorms) {
             bn.beginStep(count);
+        }
+        if (graph != null) {
+            graph.beginStep(count);
         }
         // layers keep their own counters, which dropout seeds and schedules read: DL4J's fit
         // synchronizes them with the network's before every pass, and so does a stage before every step
@@ -306,7 +320,10 @@ public final class Dl4jPipelineStage implements StageCompute {
         INDArray[] inputs = new INDArray[layers.length];
         INDArray activation = x;
         // what MultiLayerNetwork's training forward pass does (ffToLayerActivationsInWs), keeping each layer's input
-        for (int i = 0; i < layers.length; i++) {
+        if (graph != null) {
+            activation = graph.forward(microbatch, x, layers, conf, miniBatchSize, workspaces, inputs);
+        }
+        for (int i = 0; graph == null && i < layers.length; i++) {
             InputPreProcessor preProcessor = conf.getInputPreProcess(i);
             if (preProcessor != null) {
                 activation = preProcessor.preProcess(activation, miniBatchSize, workspaces);
@@ -406,6 +423,9 @@ public final class Dl4jPipelineStage implements StageCompute {
     /** Puts the split layers in place of DL4J's (in the network's layer array, which this stage shares). */
     private void installSplit() {
         splits = new Splittable[layers.length];
+        if (graph != null) {
+            return; // a graph stage's backward runs whole in the input-gradient action (GraphWiring#unsplitLayers)
+        }
         for (int i = 0; i < layers.length; i++) {
             Layer split = SplitBackward.splitOf(layers[i]);
             if (split != null) {
@@ -441,7 +461,15 @@ public final class Dl4jPipelineStage implements StageCompute {
             }
             // masks are set above: calculateGradients' own mask arguments would set the labels mask to the
             // features mask (DL4J 1.0.0-M2.1 passes fMask as the labels mask to its forward pass)
-            result = network.calculateGradients(x, plan.batch().labels().get(microbatch), null, null);
+            if (graph != null) {
+                graph.forward(microbatch, x, layers, conf, network.getInputMiniBatchSize(), workspaces,
+                        new INDArray[layers.length]);
+                ((IOutputLayer) network.getOutputLayer()).setLabels(plan.batch().labels().get(microbatch));
+                result = graph.backward(microbatch, x, null, layers, conf, network.getInputMiniBatchSize(), workspaces,
+                        network.getGradientsViewArray());
+            } else {
+                result = network.calculateGradients(x, plan.batch().labels().get(microbatch), null, null);
+            }
             // DL4J's score of this microbatch, without regularization (added once per batch by the trainer)
             IOutputLayer output = (IOutputLayer) network.getOutputLayer();
             double score = output.computeScore(0.0, true, workspaces);
@@ -460,7 +488,8 @@ public final class Dl4jPipelineStage implements StageCompute {
                     layers[i].setInput(inputs[i], workspaces);
                 }
             }
-            result = network.backpropGradient(epsilon, workspaces);
+            result = graph != null ? graph.backward(microbatch, x, epsilon, layers, conf, network.getInputMiniBatchSize(),
+                    workspaces, network.getGradientsViewArray()) : network.backpropGradient(epsilon, workspaces);
         }
         for (BatchNormRunningStats bn : batchNorms) {
             bn.record(microbatch);
@@ -728,6 +757,11 @@ public final class Dl4jPipelineStage implements StageCompute {
     private void applyMasks(int microbatch) {
         INDArray mask = plan.inputMasks()[stage][microbatch];
         MaskState state = plan.inputMaskStates()[stage][microbatch];
+        if (graph != null && mask != null) {
+            throw new IllegalArgumentException("stage " + stage + " of a graph with branches got a features mask: expected"
+                    + " none (masks are propagated through chains of layers only; fix: train without features masks,"
+                    + " or train this graph with SymmemParallelWrapper)");
+        }
         network.feedForwardMaskArray(mask, mask == null ? null : state, Math.toIntExact(plan.batch().size(microbatch)));
     }
 

@@ -27,8 +27,11 @@ import org.symmem4j.parallel.Invariants;
  * graph computes exactly what a multi-layer network of the same layer configurations and input
  * preprocessors computes, and flattens its parameters (and so its gradient and updater state) in the
  * same order, layer by layer; the conversion checks that layout parameter by parameter and copies
- * parameters, updater state and counters both ways. Graphs with branches (residual connections,
- * merges, several inputs or outputs) are refused, naming the first vertex that is not in a chain.
+ * parameters, updater state and counters both ways.
+ *
+ * <p>A graph with branches (residual connections, merges) and one input and one output becomes the network of its
+ * layer vertices in topological order, the graph's own flat layout ({@link GraphLayerNetwork}); its stages run the
+ * graph's wiring ({@link GraphWiring}). Several inputs or outputs are refused.
  */
 final class GraphChain {
 
@@ -36,9 +39,10 @@ final class GraphChain {
     }
 
     /**
-     * The chain's vertices in order, after the input: checked as above.
+     * The graph's layer vertices in topological order, after the input: the layers of the network that stands for
+     * it. For a chain, its vertices in order; for a graph with branches, checked by {@link GraphWiring#of}.
      *
-     * @throws IllegalArgumentException naming the vertex that breaks the chain, and why
+     * @throws IllegalArgumentException naming the vertex the pipeline cannot train, and why
      */
     static List<GraphVertex> layerVertices(ComputationGraph graph) {
         Objects.requireNonNull(graph, "graph");
@@ -48,12 +52,31 @@ final class GraphChain {
         ComputationGraphConfiguration conf = graph.getConfiguration();
         if (conf.getNetworkInputs().size() != 1 || conf.getNetworkOutputs().size() != 1) {
             throw new IllegalArgumentException("the graph has inputs=" + conf.getNetworkInputs() + " outputs="
-                    + conf.getNetworkOutputs() + ": expected one input and one output (the pipeline trains graphs whose"
-                    + " vertices form a chain; fix: train this graph with SymmemParallelWrapper instead)");
+                    + conf.getNetworkOutputs() + ": expected one input and one output (the pipeline trains graphs with"
+                    + " one input and one output, chains or with residual blocks; fix: train this graph with"
+                    + " SymmemParallelWrapper instead)");
+        }
+        if (whyNotChain(graph) != null) {
+            GraphWiring.of(graph); // refuses what a graph stage cannot run, naming the vertex
         }
         GraphVertex[] vertices = graph.getVertices();
+        List<GraphVertex> layers = new ArrayList<>();
+        for (int index : graph.topologicalSortOrder()) {
+            if (conf.getVertices().get(vertices[index].getVertexName()) instanceof LayerVertex) {
+                layers.add(vertices[index]);
+            }
+        }
+        return layers;
+    }
+
+    /**
+     * Why {@code graph} (one input, one output) is not a chain, naming the first vertex that breaks it, or null when it
+     * is one: then the network standing for it computes what it computes, else its stages run its wiring.
+     */
+    static String whyNotChain(ComputationGraph graph) {
+        ComputationGraphConfiguration conf = graph.getConfiguration();
+        GraphVertex[] vertices = graph.getVertices();
         int[] order = graph.topologicalSortOrder();
-        List<GraphVertex> chain = new ArrayList<>();
         for (int position = 0; position < order.length; position++) {
             GraphVertex v = vertices[order[position]];
             if (position == 0) {
@@ -66,7 +89,7 @@ final class GraphChain {
             GraphVertex previous = vertices[order[position - 1]];
             VertexIndices[] inputs = v.getInputVertices();
             String why = null;
-            if (!v.hasLayer() || !(conf.getVertices().get(v.getVertexName()) instanceof LayerVertex)) {
+            if (!(conf.getVertices().get(v.getVertexName()) instanceof LayerVertex)) {
                 why = "it is a " + conf.getVertices().get(v.getVertexName()).getClass().getSimpleName()
                         + ", not a layer vertex";
             } else if (inputs == null || inputs.length != 1) {
@@ -79,14 +102,15 @@ final class GraphChain {
                         + (previous.getOutputVertices().length - 1) + " other vertices";
             }
             if (why != null) {
-                throw new IllegalArgumentException("graph vertex \"" + v.getVertexName() + "\" breaks the chain: " + why
-                        + ". The pipeline trains ComputationGraphs whose vertices form a chain (one input each, the"
-                        + " previous vertex's output; a linear stage order); branches such as residual connections or"
-                        + " merges are not supported; fix: train this graph without the pipeline, or express it as a chain");
+                return "graph vertex \"" + v.getVertexName() + "\" breaks the chain: " + why;
             }
-            chain.add(v);
         }
-        return chain;
+        return null;
+    }
+
+    /** A network of {@code conf}, the layers of {@code graph}: a {@link GraphLayerNetwork} for a graph with branches. */
+    private static MultiLayerNetwork newNetwork(ComputationGraph graph, MultiLayerConfiguration conf) {
+        return whyNotChain(graph) == null ? new MultiLayerNetwork(conf) : new GraphLayerNetwork(conf, GraphWiring.of(graph));
     }
 
     /**
@@ -95,7 +119,7 @@ final class GraphChain {
      */
     static MultiLayerNetwork toNetwork(ComputationGraph graph) {
         List<GraphVertex> chain = layerVertices(graph);
-        MultiLayerNetwork network = new MultiLayerNetwork(networkConfiguration(graph, chain));
+        MultiLayerNetwork network = newNetwork(graph, networkConfiguration(graph, chain));
         network.init();
         requireSameLayout(graph, chain, network);
         if (network.numParams() > 0) {
@@ -121,7 +145,7 @@ final class GraphChain {
      */
     static Hollow hollowNetwork(ComputationGraph graph) {
         List<GraphVertex> chain = layerVertices(graph);
-        MultiLayerNetwork network = new MultiLayerNetwork(networkConfiguration(graph, chain));
+        MultiLayerNetwork network = newNetwork(graph, networkConfiguration(graph, chain));
         HollowNetworks.Reservation reservation = HollowNetworks.hollow(network);
         requireSameLayout(graph, chain, network);
         return new Hollow(network, reservation);
@@ -147,6 +171,18 @@ final class GraphChain {
         networkConf.setInferenceWorkspaceMode(conf.getInferenceWorkspaceMode());
         networkConf.setIterationCount(conf.getIterationCount());
         networkConf.setEpochCount(conf.getEpochCount());
+        if (whyNotChain(graph) != null) {
+            // the builder infers each layer's nIn from the layer before it, which a graph's layer does not read: the
+            // graph's own layer configurations and preprocessors instead
+            for (int i = 0; i < chain.size(); i++) {
+                LayerVertex vertex = (LayerVertex) conf.getVertices().get(chain.get(i).getVertexName());
+                networkConf.getConfs().set(i, vertex.getLayerConf().clone());
+                networkConf.getConfs().get(i).setDataType(conf.getDataType());
+            }
+            Map<Integer, InputPreProcessor> graphPreProcessors = new HashMap<>();
+            preProcessors.forEach((i, p) -> graphPreProcessors.put(i, p.clone()));
+            networkConf.setInputPreProcessors(graphPreProcessors);
+        }
         return networkConf;
     }
 

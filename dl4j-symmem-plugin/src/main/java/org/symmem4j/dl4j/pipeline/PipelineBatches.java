@@ -29,7 +29,7 @@ final class PipelineBatches {
     /** The refusal of a MultiDataSet of {@code features} and {@code labels} arrays ({@link #asDataSet}). */
     static String notOneInputOneOutput(long features, long labels) {
         return "a MultiDataSet with features=" + features + " labels=" + labels + " arrays: expected features=1 labels=1"
-                + " (a pipeline trains a chain graph of one input and one output; fix: train this graph with"
+                + " (a pipeline trains a graph of one input and one output; fix: train this graph with"
                 + " SymmemParallelWrapper instead)";
     }
 }

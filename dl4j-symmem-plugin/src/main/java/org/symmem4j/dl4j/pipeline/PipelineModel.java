@@ -20,11 +20,11 @@ import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.parallel.Invariants;
 
 /**
- * The network (or chain graph) given to the builder, which the trainer keeps holding the training state: after
+ * The network (or graph) given to the builder, which the trainer keeps holding the training state: after
  * every {@code fit} it takes the stages' parameters, updater state and counters ({@link #takeFrom}); at the start of
  * every {@code fit}, and after a listener ran, the stages take its state if it changed ({@link #holds},
  * {@link #giveTo}). Its flat parameters are the stages' in stage order ({@link PipelineStageSplit}), for a graph
- * too (a chain graph flattens its layers as the network made from it, checked at {@code build()}).
+ * too (a graph flattens its layers as the network made from it, in topological order, checked at {@code build()}).
  */
 final class PipelineModel implements ListenedModel {
 

@@ -190,9 +190,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.runTimeline = o.timelineSteps() > 0 ? new RunTimeline(o.timelineSteps()) : null;
         this.scheduleKind = b.schedule;
         this.schedule = schedule;
-        this.unsplitBackwardLayers = b.schedule.splitsBackward()
-                ? SplitBackward.unsplitLayers(b.network.getLayerWiseConfigurations(), b.tensorParallel,
-                b.tensorParallelColumns) : List.of();
+        this.unsplitBackwardLayers = !b.schedule.splitsBackward() ? List.of()
+                : b.network instanceof GraphLayerNetwork g ? g.wiring().unsplitLayers()
+                : SplitBackward.unsplitLayers(b.network.getLayerWiseConfigurations(), b.tensorParallel,
+                b.tensorParallelColumns);
         this.shape = shape;
         this.linkSlots = linkSlots;
         this.timeout = o.timeout();
@@ -240,11 +241,11 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
-     * As {@link #builder(MultiLayerConfiguration)}, for a chain {@link ComputationGraph} (see
+     * As {@link #builder(MultiLayerConfiguration)}, for a {@link ComputationGraph} (see
      * {@link #builder(ComputationGraph)}) given by its configuration: each rank initialises only its own stages, their
      * parameters bitwise those of {@code new ComputationGraph(conf).init()} (DL4J's draws in its vertex order), and
      * the trainer's graph is hollow; {@link #copyParametersTo(ComputationGraph)} gathers the trained graph on request.
-     * A configuration that is not a chain is refused at {@code build()}, naming the vertex.
+     * A configuration the pipeline cannot train is refused at {@code build()}, naming the vertex.
      *
      * @param conf the graph's configuration
      * @return a builder; {@code microbatches} must be set (and {@code ranks} or a group)
@@ -255,12 +256,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
-     * Starts a builder for {@code graph}, a {@link ComputationGraph} whose vertices form a chain (one
-     * input, one output, every vertex a layer fed by the one before: a linear stage order). It trains as
-     * the equivalent multi-layer network; {@code build()} refuses graphs with branches, naming the
-     * vertex. After every {@code fit} the graph holds the trained state.
+     * Starts a builder for {@code graph}, a {@link ComputationGraph} of one input and one output: a chain (every
+     * vertex a layer fed by the one before) trains as the equivalent multi-layer network; a graph with residual
+     * connections and merges with its stages starting at cut vertices, each stage running its vertices
+     * ({@link GraphWiring}); {@code build()} refuses what cannot train, naming the vertex. After every {@code fit}
+     * the graph holds the trained state.
      *
-     * @param graph a chain graph to train; the trainer trains copies of its layers
+     * @param graph a graph to train; the trainer trains copies of its layers
      * @return a builder; {@code ranks} and {@code microbatches} must be set
      */
     public static PipelineParallelTrainerBuilder builder(ComputationGraph graph) {

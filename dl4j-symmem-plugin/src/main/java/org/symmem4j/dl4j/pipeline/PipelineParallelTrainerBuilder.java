@@ -482,6 +482,10 @@ public final class PipelineParallelTrainerBuilder
         if (fromConfiguration != null) {
             refuseWithoutWholeNetwork();
         }
+        GraphWiring wiring = GraphLayerNetwork.wiringOf(network);
+        if (wiring != null) {
+            refuseForBranchedGraph(wiring, stageCount);
+        }
         StageProfile measured = profile;
         if (profileSample != null) {
             // a replica's microbatch is 1/(microbatches x replicas) of the batch
@@ -490,6 +494,9 @@ public final class PipelineParallelTrainerBuilder
         }
         // a tensor-parallel block stays in one stage: only its row-parallel layer's all-reduce makes its output whole
         java.util.function.IntPredicate canStart = PipelineTensorParallel.canStartStage(tensorParallelColumns);
+        if (wiring != null) {
+            canStart = canStart.and(wiring::canStart); // a residual block stays in one stage: stages start at cut vertices
+        }
         PipelineStageSplit split;
         if (stageBoundaries != null) {
             split = PipelineStageSplit.atBoundaries(network, stageBoundaries);
@@ -508,6 +515,23 @@ public final class PipelineParallelTrainerBuilder
         // compares them), so there the equal-stage default alone
         int slots = linkSlots > 0 ? linkSlots : defaultSlots(plan, group == null ? measured : null, split);
         return new Plan(start, generated, shape, slots, measured, split);
+    }
+
+    /** What a graph with branches cannot do yet, refused at build() with the fix. */
+    private void refuseForBranchedGraph(GraphWiring wiring, int stageCount) {
+        String refused = profileSample != null || profile != null ? "splitByMeasuredTimes (it times the layers as a chain)"
+                : tensorParallel > 1 ? "tensorParallel(" + tensorParallel + ")" : null;
+        if (refused != null) {
+            throw new IllegalArgumentException("a ComputationGraph with branches (residual connections, merges) with "
+                    + refused + ": expected neither (fix: the automatic split or stageBoundaries(...) at cut vertices,"
+                    + " one of " + wiring.validStarts() + ")");
+        }
+        long starts = java.util.stream.IntStream.range(1, wiring.layers()).filter(wiring::canStart).count();
+        if (stageCount - 1 > starts) {
+            throw new IllegalArgumentException("stages=" + stageCount + " but the graph has " + (starts + 1) + " places a"
+                    + " stage may start (layer 0 and the layers after cut vertices " + wiring.validStarts() + "; a residual"
+                    + " block stays in one stage); fix: use at most " + (starts + 1) + " stages");
+        }
     }
 
     /**

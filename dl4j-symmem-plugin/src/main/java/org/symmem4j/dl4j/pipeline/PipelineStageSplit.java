@@ -411,6 +411,10 @@ public final class PipelineStageSplit {
      *                                  the type and the fix
      */
     long[][] boundaryShapes(InputType input) {
+        GraphWiring graph = GraphLayerNetwork.wiringOf(network);
+        if (graph != null) {
+            return graph.boundaryShapes(input, stageStart); // each stage's last vertex: a cut vertex, or the output
+        }
         MultiLayerConfiguration conf = network.getLayerWiseConfigurations();
         long[][] shapes = new long[stageCount()][];
         InputType current = input;
@@ -508,7 +512,11 @@ public final class PipelineStageSplit {
             if (held.test(s)) {
                 initialised[s] = buildHeldStage(s, draws == null);
                 parameterElementsAllocated += initialised[s].numParams();
-                stages.add(new Dl4jPipelineStage(s, stageCount(), initialised[s]));
+                Dl4jPipelineStage stage = new Dl4jPipelineStage(s, stageCount(), initialised[s]);
+                if (network instanceof GraphLayerNetwork g) {
+                    stage.graph(new GraphStagePasses(g.wiring(), firstLayer(s), endLayer(s)));
+                }
+                stages.add(stage);
             } else {
                 MultiLayerNetwork hollow = new MultiLayerNetwork(stageConfiguration(s));
                 HollowNetworks.Reservation reservation = HollowNetworks.hollow(hollow);
@@ -826,7 +834,9 @@ public final class PipelineStageSplit {
                 GradientNormalization normalization = layer instanceof BaseLayer b ? b.getGradientNormalization() : null;
                 LayerSupport.check(i, layer, i == layers - 1, normalization);
                 // widths chain only between layers that both have them and nothing converts in between
-                boolean hasWidths = layer instanceof FeedForwardLayer && !(layer instanceof BatchNormalization);
+                // (a graph's layers in topological order do not chain: its wiring says what each reads)
+                boolean hasWidths = layer instanceof FeedForwardLayer && !(layer instanceof BatchNormalization)
+                        && !(network instanceof GraphLayerNetwork);
                 in[i] = hasWidths && conf.getInputPreProcess(i) == null ? ((FeedForwardLayer) layer).getNIn() : -1;
                 out[i] = hasWidths ? ((FeedForwardLayer) layer).getNOut() : -1;
                 params[i] = network.getLayer(i).numParams();
@@ -836,6 +846,9 @@ public final class PipelineStageSplit {
 
         /** Checks that widths chain, naming the stages where a mismatch sits on a boundary, and makes the split. */
         PipelineStageSplit split(MultiLayerNetwork network, int[] starts) {
+            if (network instanceof GraphLayerNetwork g) {
+                g.wiring().requireStarts(Arrays.copyOfRange(starts, 1, starts.length - 1)); // stages start at cut vertices
+            }
             for (int i = 1; i < layers(); i++) {
                 if (nIn[i] > 0 && nOut[i - 1] > 0 && nIn[i] != nOut[i - 1]) {
                     int stage = stageOf(starts, i);

@@ -1,6 +1,7 @@
 /**
  * Pipeline parallelism for DL4J: a {@code MultiLayerNetwork} (or a {@code ComputationGraph} whose
- * vertices form a chain, {@link org.symmem4j.dl4j.pipeline.GraphChain}) cut into stages of consecutive
+ * vertices form a chain, {@link org.symmem4j.dl4j.pipeline.GraphChain}, or with residual blocks cut at cut
+ * vertices, {@link org.symmem4j.dl4j.pipeline.GraphWiring}) cut into stages of consecutive
  * layers ({@link org.symmem4j.dl4j.pipeline.PipelineStageSplit}, by parameters or by measured pass
  * times, {@link org.symmem4j.dl4j.pipeline.StageProfile}), each a
  * {@link org.symmem4j.pipeline.exec.StageCompute} computing with DL4J's own layers

@@ -212,16 +212,13 @@ class PipelineGraphConfigurationTest {
                 .addVertex("sum", new ElementWiseVertex(ElementWiseVertex.Op.Add), "a", "b")
                 .addLayer("out", output(), "sum")
                 .setOutputs("out").setInputTypes(InputType.feedForward(IN)).build();
-        PipelineParallelTrainerBuilder branches = PipelineParallelTrainer.builder(residual).ranks(2).microbatches(2);
-        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, branches::build);
-        assertTrue(e.getMessage().contains("breaks the chain") && e.getMessage().contains("fix:"), e.getMessage());
-        assertTrue(e.getMessage().contains("graph vertex \"b\"") || e.getMessage().contains("graph vertex \"sum\""),
-                e.getMessage());
+        // a residual graph builds from its configuration (PipelineResidualGraphTest trains one): a stage per cut
+        PipelineParallelTrainer.builder(residual).ranks(3).microbatches(2).build().close();
 
         ComputationGraphConfiguration twoInputs = base().graphBuilder().addInputs("x", "y")
                 .addLayer("out", output(), "x", "y")
                 .setOutputs("out").setInputTypes(InputType.feedForward(4), InputType.feedForward(4)).build();
-        e = assertThrows(IllegalArgumentException.class,
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> PipelineParallelTrainer.builder(twoInputs).ranks(1).microbatches(2).build());
         assertTrue(e.getMessage().contains("inputs=[x, y]") && e.getMessage().contains("expected one input"),
                 e.getMessage());
