@@ -201,6 +201,7 @@ final class DataParallelSteps {
         long lastSyncEnd = 0;
         long stepNanos = 0;
         long syncNanos = 0;
+        StepReport.Collectives collectives = StepReport.Collectives.NONE;
         boolean skipped = false;
         List<Object> activations = new ArrayList<>(k);
         List<Throwable> failures = new ArrayList<>();
@@ -236,6 +237,7 @@ final class DataParallelSteps {
             }
             stepNanos = Math.max(stepNanos, r.stepNanos());
             syncNanos = Math.max(syncNanos, r.syncNanos());
+            collectives = collectives.max(r.collectives());
             lastSyncStart = Math.max(lastSyncStart, r.syncStart());
             lastSyncEnd = Math.max(lastSyncEnd, r.syncEnd());
             skipped |= r.skipped();
@@ -273,7 +275,8 @@ final class DataParallelSteps {
         double score = meanLoss + regularization;
         // from the last worker's arrival at the sync to the last worker's finish: sync nothing hid
         long exposedSyncNanos = lastSyncStart == 0 ? 0 : Math.max(0, lastSyncEnd - lastSyncStart);
-        StepReport report = new StepReport(step, total, score, stepNanos, syncNanos, skipped, exposedSyncNanos);
+        StepReport report = new StepReport(step, total, score, stepNanos, syncNanos, skipped, exposedSyncNanos,
+                collectives);
         if (settings.reportScoreAfterAveraging()) {
             // ParallelWrapper logs "Averaged score" (the workers' unweighted mean) after each averaging;
             // here the step's exact merged-batch score, which the model reports after fit

@@ -86,7 +86,8 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
      * finished the step (forward, backward, sync and update in between).
      */
     record Result(double score, double regularization, long stepNanos, long syncNanos, boolean skipped,
-                  Object activations, long syncStart, long syncEnd, long startNanos, long endNanos, double mergedMeanLoss) {
+                  Object activations, long syncStart, long syncEnd, long startNanos, long endNanos, double mergedMeanLoss,
+                  StepReport.Collectives collectives) {
     }
 
     /**
@@ -553,7 +554,8 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             }
         }
         task.result().complete(new Result(score, regularization, stepNanos, syncNanos, skipped, keptActivations, syncStart,
-                syncEnd, start, end, mergedMeanLoss));
+                syncEnd, start, end, mergedMeanLoss,
+                fullySharded == null ? StepReport.Collectives.NONE : fullySharded.stepCollectives()));
         return true;
     }
 

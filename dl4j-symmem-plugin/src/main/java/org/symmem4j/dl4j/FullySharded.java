@@ -123,8 +123,8 @@ final class FullySharded implements AutoCloseable {
     private volatile boolean idle;
     // written by the communication thread, read by the worker once finishBackward drained it
     private volatile long localBad = -1;
-    private volatile long gatherNanos;
-    private long exposedGatherNanos;
+    /** This step's collectives: counts, time on the communication thread, the waits prefetching left. */
+    private final StageThreeClock clock;
     /** Whether to measure resident bytes at every gather and reduce-scatter (tests, benchmarks: one mincore each). */
     private volatile boolean measurePeaks;
     private volatile long peakParameterBytes;
@@ -174,6 +174,7 @@ final class FullySharded implements AutoCloseable {
         this.termKnown = new boolean[layers.length];
         this.terms = new double[layers.length];
         this.pending = new java.util.concurrent.Future<?>[layers.length];
+        this.clock = new StageThreeClock(layers.length);
         int r = rank;
         this.commThread = java.util.concurrent.Executors.newSingleThreadExecutor(task -> {
             Thread t = new Thread(task, "symmem4j-stage3-comm-" + r);
@@ -391,8 +392,7 @@ final class FullySharded implements AutoCloseable {
     void beginStep(boolean idleStep) {
         idle = idleStep;
         localBad = -1;
-        exposedGatherNanos = 0;
-        gatherNanos = 0;
+        clock.beginStep();
         Arrays.fill(reduced, false);
         Arrays.fill(termKnown, false);
         for (Unit u : units) {
@@ -424,15 +424,20 @@ final class FullySharded implements AutoCloseable {
             }
             return;
         }
+        Unit above = unitAbove(position);
+        // the last unit's forward keeps the unit below it gathered: that one's backprop runs right after this one's,
+        // and gathering it again would be exposed, with no compute left to hide it (FSDP2 likewise keeps the last
+        // layer unsharded after forward); still two units at a time, this one and that one
+        Unit keptForBackprop = u != null && above == null ? unitBelow(position) : null;
         for (Unit done : units) {
-            if (done.layer() < position && gathered[done.layer()]) {
+            if (done.layer() < position && gathered[done.layer()] && done != keptForBackprop) {
                 releaseParams(done);
             }
         }
         if (u != null) {
             awaitGather(u);
         }
-        prefetch(unitAbove(position)); // gathered on the communication thread while this layer computes
+        prefetch(above); // gathered on the communication thread while this layer computes
     }
 
     /**
@@ -441,6 +446,15 @@ final class FullySharded implements AutoCloseable {
      * nothing are reduce-scattered here; then the layers that run before the next hook are gathered.
      */
     void backwardDone(int position) {
+        int next = position - 1; // the next position that reports, or -1
+        while (next >= 0 && (layout.layerAt()[next] == null || !layout.hooked()[next])) {
+            next--;
+        }
+        for (int p = position - 1; p >= Math.max(next, 0); p--) {
+            // the gathers the next layers' backprop waits for go first (the same order on every rank): queued behind
+            // this layer's reduce-scatter on the one communication thread, that reduce-scatter would be exposed
+            prefetch(unitOfLayer[p]);
+        }
         for (int p = unitOfLayer.length - 1; p >= position; p--) {
             Unit u = unitOfLayer[p];
             if (u != null && !reduced[p] && (p == position || !layout.hooked()[p])) {
@@ -449,10 +463,6 @@ final class FullySharded implements AutoCloseable {
                     releaseParams(u);
                 }
             }
-        }
-        int next = position - 1; // the next position that reports, or -1
-        while (next >= 0 && (layout.layerAt()[next] == null || !layout.hooked()[next])) {
-            next--;
         }
         for (int p = position - 1; p >= Math.max(next, 0); p--) {
             if (unitOfLayer[p] != null) {
@@ -477,7 +487,9 @@ final class FullySharded implements AutoCloseable {
                 startReduceScatter(u);
             }
         }
+        long t0 = System.nanoTime();
         await(commThread.submit(() -> { })); // the communication thread runs in order: everything before has ended
+        clock.waitedForReduceScatters(t0, System.nanoTime()); // the gathers were awaited: what was left is reduce-scatters
         for (Unit u : units) {
             if (pending[u.layer()] != null) {
                 throw Invariants.violated("unit of layer " + u.layer() + " prefetched but never used");
@@ -495,14 +507,12 @@ final class FullySharded implements AutoCloseable {
 
     /** Nanoseconds this step waited for parameter all-gathers (the part prefetching did not hide). */
     long takeGatherNanos() {
-        long n = exposedGatherNanos;
-        exposedGatherNanos = 0;
-        return n;
+        return clock.gatherWaitNanos();
     }
 
-    /** Nanoseconds this step's parameter all-gathers took on the communication thread, hidden or not. */
-    long gatherNanos() {
-        return gatherNanos;
+    /** This step's collectives (counts, time on the communication thread, exposed waits); after {@link #finishBackward}. */
+    StepReport.Collectives stepCollectives() {
+        return clock.step();
     }
 
     /** The unit of the nearest layer after {@code layer} that has parameters, or null. */
@@ -534,10 +544,11 @@ final class FullySharded implements AutoCloseable {
         if (u == null || gathered[u.layer()] || pending[u.layer()] != null) {
             return;
         }
+        clock.gatherIssued();
         pending[u.layer()] = commThread.submit(() -> {
-            long t0 = System.nanoTime();
+            long t0 = clock.gatherBegins(u.layer());
             comm.allGather(params, u.offset() * dtype.byteSize(), u.length(), dtype);
-            gatherNanos += System.nanoTime() - t0;
+            clock.gatherRan(t0);
             if (measurePeaks) {
                 peakParameterBytes = Math.max(peakParameterBytes, residentParameterBytes());
             }
@@ -552,7 +563,7 @@ final class FullySharded implements AutoCloseable {
         prefetch(u);
         long t0 = System.nanoTime();
         await(pending[u.layer()]);
-        exposedGatherNanos += System.nanoTime() - t0;
+        clock.waitedForGather(u.layer(), t0, System.nanoTime());
         pending[u.layer()] = null;
         gathered[u.layer()] = true;
         if (!termKnown[u.layer()]) {
@@ -574,7 +585,9 @@ final class FullySharded implements AutoCloseable {
             // the release drops the pages outside the own block; the parameters are still gathered here
             state.capture(u.offset(), u.offset() + u.length());
         }
+        clock.reduceScatterIssued();
         commThread.submit(() -> {
+            long t0 = System.nanoTime();
             long ds = dtype.byteSize();
             MemorySegment local = gradients.local();
             if (idle) {
@@ -593,6 +606,7 @@ final class FullySharded implements AutoCloseable {
                 hybrid.sumAcrossReplicas(local.asSlice((u.offset() + u.ownFrom()) * ds), u.ownTo() - u.ownFrom(), dtype);
             }
             releaseOutsideOwnBlock(gradients, u);
+            clock.reduceScatterRan(t0);
         });
     }
 

@@ -17,7 +17,44 @@ import org.symmem4j.dl4j.train.TrainingStep;
  * @param exposedSyncNanos from the moment the last worker reached the sync (its backward pass
  *                    done) to the moment the last worker's sync finished: the sync time that no
  *                    computation hid (waiting for slower workers excluded)
+ * @param collectives ZeRO stage 3 (and HSDP): the step's per-layer collectives, the slowest worker's
+ *                    times; {@link Collectives#NONE} in the other modes
  */
 public record StepReport(long step, long examples, double loss, long stepNanos, long syncNanos, boolean skipped,
-                         long exposedSyncNanos) implements TrainingStep {
+                         long exposedSyncNanos, Collectives collectives) implements TrainingStep {
+
+    /** A report without stage 3's per-layer collectives. */
+    public StepReport(long step, long examples, double loss, long stepNanos, long syncNanos, boolean skipped,
+                      long exposedSyncNanos) {
+        this(step, examples, loss, stepNanos, syncNanos, skipped, exposedSyncNanos, Collectives.NONE);
+    }
+
+    /**
+     * Stage 3's per-layer collectives in one step of one worker (of the slowest: each value the largest over the
+     * workers): the parameter all-gathers before forward and backprop and the gradient reduce-scatters after backprop,
+     * how many, how long they ran on the worker's communication thread (hidden or not), and how long the worker waited
+     * for them: the exposed time, which prefetching and overlap did not hide. A wait for a gather queued behind
+     * reduce-scatters counts as reduce-scatter time until the gather began.
+     *
+     * @param gathers                   all-gathers issued
+     * @param exposedGatherNanos        the worker's waits for them
+     * @param gatherNanos               their time on the communication thread
+     * @param reduceScatters            reduce-scatters issued
+     * @param exposedReduceScatterNanos the worker's waits for them
+     * @param reduceScatterNanos        their time on the communication thread (the NaN check and page release included)
+     */
+    public record Collectives(int gathers, long exposedGatherNanos, long gatherNanos, int reduceScatters,
+                              long exposedReduceScatterNanos, long reduceScatterNanos) {
+
+        /** No per-layer collectives: the modes other than stage 3. */
+        public static final Collectives NONE = new Collectives(0, 0, 0, 0, 0, 0);
+
+        /** Each value the larger of this and {@code o}'s: the slowest worker's. */
+        public Collectives max(Collectives o) {
+            return new Collectives(Math.max(gathers, o.gathers), Math.max(exposedGatherNanos, o.exposedGatherNanos),
+                    Math.max(gatherNanos, o.gatherNanos), Math.max(reduceScatters, o.reduceScatters),
+                    Math.max(exposedReduceScatterNanos, o.exposedReduceScatterNanos),
+                    Math.max(reduceScatterNanos, o.reduceScatterNanos));
+        }
+    }
 }

@@ -141,6 +141,36 @@ class FullyShardedBehaviourTest {
     }
 
     @Test
+    void theLastLayersForwardKeepsTheLayerBelowGatheredForItsBackprop() {
+        // 3 units: layer 0 (fed by the input), layer 1, the output layer. Forward gathers all three; backprop needs
+        // layer 1 right after the output layer's, so the output's forward keeps it (before: released and gathered again,
+        // exposed, 5 gathers a step), and layer 0 once more: 4 gathers, 2 x units - 2; a reduce-scatter per unit
+        MultiLayerNetwork net = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
+        List<StepReport> reports = new ArrayList<>();
+        List<DataSet> data = Nets.batches(4, 6, 8, DataType.FLOAT);
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(net).workers(2).sharding(ZeroStage.PARAMETERS)
+                .stepListener(reports::add).build()) {
+            w.fit(new BatchListIterator(data));
+        }
+        assertEquals(3, reports.size());
+        for (StepReport r : reports) {
+            StepReport.Collectives c = r.collectives();
+            assertEquals(4, c.gathers(), "gathers in step " + r.step() + ": " + c);
+            assertEquals(3, c.reduceScatters(), "reduce-scatters in step " + r.step() + ": " + c);
+            assertTrue(c.exposedGatherNanos() >= 0 && c.exposedReduceScatterNanos() >= 0 && c.gatherNanos() > 0
+                    && c.reduceScatterNanos() > 0, c.toString());
+            // each the slowest worker's: each wait is part of that worker's sync time
+            assertTrue(c.exposedGatherNanos() <= r.syncNanos() && c.exposedReduceScatterNanos() <= r.syncNanos(),
+                    "the waits are part of the step's sync time: " + c + ", sync " + r.syncNanos());
+        }
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(net).workers(2).sharding(ZeroStage.GRADIENTS)
+                .stepListener(reports::add).build()) {
+            w.fit(new BatchListIterator(data));
+        }
+        assertEquals(StepReport.Collectives.NONE, reports.getLast().collectives(), "no per-layer collectives in stage 2");
+    }
+
+    @Test
     void whatStage3CannotDriveIsRefusedBeforeAnyStep() {
         List<DataSet> data = Nets.batches(1, 2, 8, DataType.FLOAT);
         // weight constraints: row-wise, not element-wise

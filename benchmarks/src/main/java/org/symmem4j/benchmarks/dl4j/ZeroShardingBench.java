@@ -23,6 +23,7 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.benchmarks.RawCsv;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.WorkerMemory;
 import org.symmem4j.dl4j.ZeroStage;
@@ -279,17 +280,43 @@ public final class ZeroShardingBench {
     record Result(Run run, int rep, long params, long unshardedStateBytes, long maxStateBytes, long sumStateBytes,
                   long maxParamBytes, long maxGradientBytes, long maxModelStateBytes, long baselineRss, long peakRss,
                   double offHeapPerWorker, double medianStepMs, double p90StepMs, double medianSyncMs, double fitSeconds,
-                  double finalLoss) {
+                  double finalLoss, Waits waits) {
 
         /** The largest rank's state over 1/shards of the unsharded state. */
         double stateRatio() {
             return maxStateBytes / (unshardedStateBytes / (double) run.shards());
         }
 
+        /** A run without the per-step breakdown (earlier versions' rows). */
+        Result(Run run, int rep, long params, long unshardedStateBytes, long maxStateBytes, long sumStateBytes,
+               long maxParamBytes, long maxGradientBytes, long maxModelStateBytes, long baselineRss, long peakRss,
+               double offHeapPerWorker, double medianStepMs, double p90StepMs, double medianSyncMs, double fitSeconds,
+               double finalLoss) {
+            this(run, rep, params, unshardedStateBytes, maxStateBytes, sumStateBytes, maxParamBytes, maxGradientBytes,
+                    maxModelStateBytes, baselineRss, peakRss, offHeapPerWorker, medianStepMs, p90StepMs, medianSyncMs,
+                    fitSeconds, finalLoss, Waits.UNKNOWN);
+        }
+
         /** A whole replica's parameters, gradient and optimizer state (fp32). */
         long replicaBytes() {
             return 2 * params * 4 + unshardedStateBytes;
         }
+    }
+
+    /**
+     * Where a run's sync time goes, medians over the measured steps of the slowest rank per step (each value the
+     * largest over the ranks): {@code exposedSyncMs} as ScalingBench's {@code exposed_sync_ms} (the wrapper's
+     * {@code StepReport.exposedSyncNanos}: from the last rank's arrival at the gradient sync to the last rank's end of
+     * it); for stage 3 and HSDP the per-layer collectives ({@code StepReport.Collectives}): all-gathers and
+     * reduce-scatters per step, the time the rank waited for each (exposed: what prefetching and overlap left) and the
+     * time each kind ran on the rank's communication thread; and the minor page faults per rank and step during
+     * {@code fit()} (stage 3 gives each layer's pages back after use and faults them in again at the next gather).
+     */
+    record Waits(double exposedSyncMs, double gathersPerStep, double exposedGatherMs, double gatherMs,
+                 double reduceScattersPerStep, double exposedReduceScatterMs, double reduceScatterMs,
+                 double minorFaultsPerStep) {
+        static final Waits UNKNOWN = new Waits(Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN,
+                Double.NaN, Double.NaN);
     }
 
     /**
@@ -301,7 +328,9 @@ public final class ZeroShardingBench {
             "steps", "params", "unsharded_state_bytes", "state_bytes_per_worker", "state_over_unsharded_per_worker",
             "state_bytes_all_workers", "param_bytes_per_worker", "gradient_bytes_per_worker", "baseline_rss_bytes",
             "peak_rss_bytes", "off_heap_bytes_per_worker", "median_step_ms", "median_sync_ms", "fit_s", "held_out_loss",
-            "model", "placement", "shard_group", "model_state_bytes_per_worker", "p90_step_ms");
+            "model", "placement", "shard_group", "model_state_bytes_per_worker", "p90_step_ms", "exposed_sync_ms",
+            "gathers_per_step", "exposed_gather_ms", "gather_ms", "reduce_scatters_per_step", "exposed_reduce_scatter_ms",
+            "reduce_scatter_ms", "minor_faults_per_step");
 
     private ZeroShardingBench() {
     }
@@ -329,12 +358,22 @@ public final class ZeroShardingBench {
                             RawCsv.num("%.0f", r.offHeapPerWorker()), RawCsv.num("%.4f", r.medianStepMs()),
                             RawCsv.num("%.4f", r.medianSyncMs()), RawCsv.num("%.4f", r.fitSeconds()),
                             RawCsv.num("%.6f", r.finalLoss()), run.model().flag, run.placement().flag, run.shardGroup(),
-                            r.maxModelStateBytes(), RawCsv.num("%.4f", r.p90StepMs()));
+                            r.maxModelStateBytes(), RawCsv.num("%.4f", r.p90StepMs()),
+                            RawCsv.num("%.4f", r.waits().exposedSyncMs()), RawCsv.num("%.1f", r.waits().gathersPerStep()),
+                            RawCsv.num("%.4f", r.waits().exposedGatherMs()), RawCsv.num("%.4f", r.waits().gatherMs()),
+                            RawCsv.num("%.1f", r.waits().reduceScattersPerStep()),
+                            RawCsv.num("%.4f", r.waits().exposedReduceScatterMs()),
+                            RawCsv.num("%.4f", r.waits().reduceScatterMs()), RawCsv.num("%.1f", r.waits().minorFaultsPerStep()));
                 }
                 log("rep %d %s %s N=%d %-34s step %8.2f ms (p90 %8.2f, sync %6.2f)  model state/rank %,12d B  off-heap/rank"
                                 + " %,14.0f B  loss %.4f", rep, run.model().flag, run.placement().flag, run.workers(), run.label(),
                         r.medianStepMs(), r.p90StepMs(), r.medianSyncMs(), r.maxModelStateBytes(), r.offHeapPerWorker(),
                         r.finalLoss());
+                Waits w = r.waits();
+                log("    exposed sync %.2f ms; gathers %.0f/step exposed %.2f ms (ran %.2f); reduce-scatters %.0f/step exposed"
+                                + " %.2f ms (ran %.2f); minor faults %.0f/step/rank", w.exposedSyncMs(), w.gathersPerStep(),
+                        w.exposedGatherMs(), w.gatherMs(), w.reduceScattersPerStep(), w.exposedReduceScatterMs(),
+                        w.reduceScatterMs(), w.minorFaultsPerStep());
             }
         }
         if (raw != null) {
@@ -442,10 +481,25 @@ public final class ZeroShardingBench {
             sync = slowest(sync, kv.get("syncNanos"));
         }
         Map<String, String> first = ranks.getFirst();
+        Waits waits = first.containsKey("gathers") ? new Waits(medianOfSlowest(ranks, "exposedSyncNanos") / 1e6,
+                medianOfSlowest(ranks, "gathers"), medianOfSlowest(ranks, "exposedGatherNanos") / 1e6,
+                medianOfSlowest(ranks, "gatherNanos") / 1e6, medianOfSlowest(ranks, "reduceScatters"),
+                medianOfSlowest(ranks, "exposedReduceScatterNanos") / 1e6, medianOfSlowest(ranks, "reduceScatterNanos") / 1e6,
+                ranks.stream().mapToDouble(kv -> Double.parseDouble(kv.get("minorFaultsPerStep"))).max().orElseThrow())
+                : Waits.UNKNOWN;
         return new Result(run, rep, Long.parseLong(first.get("params")), Long.parseLong(first.get("unshardedStateBytes")),
                 maxState, sumState, maxParam, maxGrad, maxModel, baseline, peak, offHeap,
                 quantileAfterStart(step, 0.5) / 1e6, quantileAfterStart(step, 0.9) / 1e6,
-                quantileAfterStart(sync, 0.5) / 1e6, fit, Double.parseDouble(first.get("finalLoss")));
+                quantileAfterStart(sync, 0.5) / 1e6, fit, Double.parseDouble(first.get("finalLoss")), waits);
+    }
+
+    /** The median over the measured steps of {@code key}'s per-step values, each step's the largest over the ranks. */
+    private static double medianOfSlowest(List<Map<String, String>> ranks, String key) {
+        long[] v = null;
+        for (Map<String, String> kv : ranks) {
+            v = slowest(v, kv.get(key));
+        }
+        return quantileAfterStart(v, 0.5);
     }
 
     /** Per step, the larger of {@code sofar} and the comma-separated {@code values}. */
@@ -518,10 +572,12 @@ public final class ZeroShardingBench {
         });
         List<Long> stepNanos = new ArrayList<>();
         List<Long> syncNanos = new ArrayList<>();
+        List<StepReport> reports = new ArrayList<>();
         SymmemParallelWrapper.Builder b = SymmemParallelWrapper.builder(net).ompThreadsPerWorker(threads)
                 .stepListener(r -> {
                     stepNanos.add(r.stepNanos());
                     syncNanos.add(r.syncNanos());
+                    reports.add(r);
                 });
         b = group == null ? b.workers(n) : b.group(group);
         if (mode.stage != null) {
@@ -534,8 +590,11 @@ public final class ZeroShardingBench {
         INDArray trained;
         long t0 = System.nanoTime();
         double fitSeconds;
+        long faults;
         try (SymmemParallelWrapper w = b.build()) {
+            long faultsBefore = minorFaults();
             w.fit(new NoPrefetchIterator(train));
+            faults = minorFaults() - faultsBefore;
             fitSeconds = (System.nanoTime() - t0) / 1e9;
             memory = w.workerMemory();
             sampling.set(false);
@@ -560,15 +619,38 @@ public final class ZeroShardingBench {
         double offHeap = (double) (peak.get() - baseline) / (group == null ? n : 1);
         System.out.println(String.format(Locale.ROOT, "RESULT params=%d unshardedStateBytes=%d maxStateBytes=%d"
                         + " sumStateBytes=%d maxParamBytes=%d maxGradientBytes=%d maxModelStateBytes=%d baselineRss=%d"
-                        + " peakRss=%d offHeapPerWorker=%.0f fitSeconds=%.4f finalLoss=%.6f stepNanos=%s syncNanos=%s",
+                        + " peakRss=%d offHeapPerWorker=%.0f fitSeconds=%.4f finalLoss=%.6f stepNanos=%s syncNanos=%s"
+                        + " exposedSyncNanos=%s gathers=%s exposedGatherNanos=%s gatherNanos=%s reduceScatters=%s"
+                        + " exposedReduceScatterNanos=%s reduceScatterNanos=%s minorFaultsPerStep=%.1f",
                 net.numParams(), unsharded, maxState, sumState, maxParam, maxGrad, maxModel, baseline, peak.get(), offHeap,
-                fitSeconds, net.score(heldOut), join(stepNanos), join(syncNanos)));
+                fitSeconds, net.score(heldOut), join(stepNanos), join(syncNanos),
+                joinOf(reports, StepReport::exposedSyncNanos), joinOf(reports, r -> r.collectives().gathers()),
+                joinOf(reports, r -> r.collectives().exposedGatherNanos()), joinOf(reports, r -> r.collectives().gatherNanos()),
+                joinOf(reports, r -> r.collectives().reduceScatters()),
+                joinOf(reports, r -> r.collectives().exposedReduceScatterNanos()),
+                joinOf(reports, r -> r.collectives().reduceScatterNanos()),
+                faults / (double) steps / (group == null ? n : 1)));
         System.out.flush();
         System.exit(0); // ND4J leaves non-daemon threads behind
     }
 
     private static String join(List<Long> values) {
         return String.join(",", values.stream().map(String::valueOf).toList());
+    }
+
+    private static String joinOf(List<StepReport> reports, java.util.function.ToLongFunction<StepReport> f) {
+        return join(reports.stream().map(f::applyAsLong).toList());
+    }
+
+    /** This process's minor page faults so far ({@code /proc/self/stat}'s minflt), or 0 where there is no such file. */
+    private static long minorFaults() {
+        try {
+            String stat = Files.readString(Path.of("/proc/self/stat"));
+            String[] f = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
+            return Long.parseLong(f[7]); // fields after the command: state(3) ppid pgrp session tty tpgid flags minflt(10)
+        } catch (IOException | RuntimeException e) {
+            return 0;
+        }
     }
 
     /**

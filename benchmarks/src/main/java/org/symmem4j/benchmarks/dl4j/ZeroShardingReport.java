@@ -133,6 +133,7 @@ final class ZeroShardingReport {
                     }
                 }
                 s.append('\n');
+                waits(s, model, placement, targets);
             }
         }
         s.append("Targets and checks:\n\n");
@@ -153,6 +154,40 @@ final class ZeroShardingReport {
                     r.fitSeconds(), r.finalLoss()));
         }
         return s.toString();
+    }
+
+    /**
+     * Where each mode's sync time goes (medians of the runs, each the median over steps of the slowest rank per step):
+     * the wrapper's exposed sync (ScalingBench's {@code exposed_sync_ms}), stage 3's per-layer collectives (count per
+     * step, the rank's waits for them: exposed, and their time on its communication thread: ran) and the minor page
+     * faults per rank and step; and stage 3's step against stage 1's (the 1.25× target of issue #31).
+     */
+    private void waits(StringBuilder s, Model model, ZeroShardingBench.Placement placement, List<String> targets) {
+        s.append(fmt("Where the sync goes, %s, %s (ms per step; gathers and reduce-scatters: stage 3's per-layer"
+                + " collectives, exposed = the rank waited, ran = on its communication thread):\n\n", model.flag, placement.flag));
+        s.append("| N | mode | step (ms) | sync (ms) | exposed sync (ms) | gathers / step | exposed gather (ms) | gather ran (ms) |"
+                + " reduce-scatters / step | exposed reduce-scatter (ms) | reduce-scatter ran (ms) | minor faults / step / rank |\n");
+        s.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (int n : o.workers()) {
+            for (Run run : runsOf(model, placement, n)) {
+                List<Result> runs = of(model, placement, n, run.mode(), run.shardGroup());
+                s.append(fmt("| %d | %s | %.2f | %.2f | %.2f | %.0f | %.2f | %.2f | %.0f | %.2f | %.2f | %,.0f |\n", n, run.label(),
+                        median(runs, Result::medianStepMs), median(runs, Result::medianSyncMs),
+                        median(runs, r -> r.waits().exposedSyncMs()), median(runs, r -> r.waits().gathersPerStep()),
+                        median(runs, r -> r.waits().exposedGatherMs()), median(runs, r -> r.waits().gatherMs()),
+                        median(runs, r -> r.waits().reduceScattersPerStep()),
+                        median(runs, r -> r.waits().exposedReduceScatterMs()), median(runs, r -> r.waits().reduceScatterMs()),
+                        median(runs, r -> r.waits().minorFaultsPerStep())));
+            }
+            List<Result> zero1 = of(model, placement, n, Mode.ZERO1, 0);
+            List<Result> zero3 = of(model, placement, n, Mode.ZERO3, 0);
+            if (!zero1.isEmpty() && !zero3.isEmpty()) {
+                double ratio = median(zero3, Result::medianStepMs) / median(zero1, Result::medianStepMs);
+                targets.add(fmt("%s %s N=%d: ZeRO-3's step %.2f × ZeRO-1's, target ≤ 1.25: %s", model.flag, placement.flag,
+                        n, ratio, ratio <= 1.25 ? "met" : "NOT met"));
+            }
+        }
+        s.append('\n');
     }
 
     /** The configurations that ran for (model, placement, N), in run order. */

@@ -49,6 +49,32 @@ class ZeroShardingBenchTest {
         assertEquals(true, e.getMessage().contains("13 and 5 steps"), e.getMessage());
     }
 
+    @Test
+    void theSyncBreakdownIsTheMedianOfTheSlowestRankPerStep() {
+        Run run = new Run(Model.MLP, Placement.PROCESSES, 2, Mode.ZERO3, 0);
+        String steps = "9,9,9,10,10,10,10,10";
+        ZeroShardingBench.Result old = ZeroShardingBench.combine(run, 1, List.of(rank(steps, 1, 1)));
+        assertEquals(true, Double.isNaN(old.waits().exposedGatherMs()), "earlier RESULT lines have no breakdown");
+        Map<String, String> r0 = new java.util.HashMap<>(rank(steps, 1, 1));
+        Map<String, String> r1 = new java.util.HashMap<>(rank(steps, 1, 1));
+        // 3 skipped steps, then 5: rank 0 waits longer for gathers on steps 4 and 5, rank 1 on 6..8
+        r0.putAll(waits("0,0,0,4000,4000,1000,1000,1000", "0,0,0,500,500,500,500,500", "8"));
+        r1.putAll(waits("0,0,0,2000,2000,3000,3000,3000", "0,0,0,700,700,700,700,700", "12"));
+        ZeroShardingBench.Waits w = ZeroShardingBench.combine(run, 1, List.of(r0, r1)).waits();
+        assertEquals(3000e-6, w.exposedGatherMs(), 1e-12); // slowest per step 4000,4000,3000,3000,3000
+        assertEquals(700e-6, w.exposedReduceScatterMs(), 1e-12);
+        assertEquals(4, w.gathersPerStep(), 1e-12);
+        assertEquals(3, w.reduceScattersPerStep(), 1e-12);
+        assertEquals(12, w.minorFaultsPerStep(), 1e-12); // the rank with the most
+    }
+
+    private static Map<String, String> waits(String exposedGather, String exposedReduceScatter, String faults) {
+        String zeros = "0,0,0,0,0,0,0,0";
+        return Map.of("exposedSyncNanos", zeros, "gathers", "4,4,4,4,4,4,4,4", "exposedGatherNanos", exposedGather,
+                "gatherNanos", zeros, "reduceScatters", "3,3,3,3,3,3,3,3", "exposedReduceScatterNanos", exposedReduceScatter,
+                "reduceScatterNanos", zeros, "minorFaultsPerStep", faults);
+    }
+
     private static Map<String, String> rank(String stepNanos, long modelState, long state) {
         return Map.ofEntries(Map.entry("params", "10"), Map.entry("unshardedStateBytes", "40"),
                 Map.entry("maxStateBytes", Long.toString(state)), Map.entry("sumStateBytes", Long.toString(state)),
