@@ -42,7 +42,9 @@ import picocli.CommandLine.Option;
  * Every fork first runs {@link FlightRecorderPairedBenchmark#PREWARM_DEFAULT} all-reduces with each rank's recorder
  * switched every 64 collectives, so that C2 compiles the collective from a profile with the recorder on in half of
  * them in every fork; a cell with {@code +cold} leaves that out (the benchmark before 2026-11-30, whose forks were
- * bimodal: {@code bench/results/2026-11-30-recorder-bimodal-forks.md}). {@code --jit-log} has each paired fork write
+ * bimodal: {@code bench/results/2026-11-30-recorder-bimodal-forks.md}), and one with {@code +shareN} pre-warms with the
+ * recorder on in 1/N of the collectives instead of half (an off-heavy profile on purpose: {@code +share20} leaves the
+ * recorder's calls out of line in every fork). {@code --jit-log} has each paired fork write
  * HotSpot's compilation log into {@code jit-pidPID.log} in the working directory;
  * {@code bench/shared-state/jit-forks.py DIR} reads them with {@code recorder.txt} and says, fork by fork in the
  * report's order, which of the recorder's calls C2 left out of line.

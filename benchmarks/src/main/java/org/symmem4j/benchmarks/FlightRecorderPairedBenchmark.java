@@ -114,6 +114,17 @@ public class FlightRecorderPairedBenchmark {
     /** A cell's suffix that leaves the pre-warm out ({@code -Dsymmem4j.bench.recorder.prewarm=0}): the old benchmark. */
     static final String COLD_SUFFIX = "+cold";
     /**
+     * The property that has the pre-warm switch the recorder on for one period of every N ({@value #PREWARM_PERIOD}
+     * collectives each) instead of every other one: the recorder on in 1/N of the profiled calls. 2 by default.
+     */
+    static final String PREWARM_EVERY_PROPERTY = "symmem4j.bench.recorder.prewarm.every";
+    /**
+     * A cell's suffix before N, {@code +share20}: the pre-warm has the recorder on in 1/N of the collectives
+     * ({@link #PREWARM_EVERY_PROPERTY}), so C2 compiles the collective from an off-heavy profile on purpose: what a
+     * fork of the old benchmark whose profile came out off-heavy paid, measured in every fork.
+     */
+    static final String SHARE_PREFIX = "+share";
+    /**
      * The JIT-log flags {@code FlightRecorderCostBench --jit-log} adds: each fork writes HotSpot's compilation log
      * (every compilation's inlining decisions with the call-site counts they were made from, deoptimisations,
      * uncommon traps) into jit-pidPID.log in its working directory, for {@code bench/shared-state/jit-forks.py}.
@@ -125,12 +136,13 @@ public class FlightRecorderPairedBenchmark {
     /**
      * The placements {@link #ARRIVAL_PROPERTY} accepts; a cell of {@code --arrivals} is one of them, followed by any of
      * {@link #PADDED_SUFFIX}, {@link #COMPACT_SUFFIX}, {@link #RUNS_SUFFIX}, {@link #ARRIVAL_ONLY_SUFFIX}, {@link #NONE_SUFFIX},
-     * {@code +spinN} and {@link #COLD_SUFFIX} (each at most once), and by {@code @E}, a ring of E entries.
+     * {@code +spinN}, {@link #COLD_SUFFIX} or {@code +shareN} (each at most once), and by {@code @E}, a ring of E
+     * entries.
      */
     static final java.util.List<String> ARRIVALS = java.util.List.of("after-wait", "in-shadow");
 
     /**
-     * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact|+runs][+arrival|+none][+spinN][+cold][@ENTRIES]}.
+     * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact|+runs][+arrival|+none][+spinN][+cold|+shareN][@ENTRIES]}.
      *
      * @param where     {@code after-wait} or {@code in-shadow}
      * @param padded    {@link Configuration#FLIGHT_RECORDER_PADDED}
@@ -140,9 +152,10 @@ public class FlightRecorderPairedBenchmark {
      * @param spinFirst {@link Configuration#WAIT_SPIN_FIRST}
      * @param entries   the recorder's entries while on
      * @param prewarm   all-reduces of the pre-warm ({@link #prewarm}): {@link #PREWARM_DEFAULT}, 0 with {@code +cold}
+     * @param every     the pre-warm has the recorder on in one period of every this many: 2, or N with {@code +shareN}
      */
     record Cell(String where, boolean padded, boolean compact, boolean runs, String probe, int spinFirst, int entries,
-                int prewarm) {
+                int prewarm, int every) {
 
         /**
          * Parses a cell.
@@ -167,11 +180,13 @@ public class FlightRecorderPairedBenchmark {
             String probe = "all";
             int spinFirst = 0;
             int prewarm = PREWARM_DEFAULT;
+            int every = 2;
             String bad = null;
             java.util.Set<String> seen = new java.util.HashSet<>();
             for (int k = 1; k < parts.length && bad == null; k++) {
                 String flag = "+" + parts[k];
-                String kind = flag.startsWith(SPIN_PREFIX) ? SPIN_PREFIX : flag;
+                String kind = flag.startsWith(SPIN_PREFIX) ? SPIN_PREFIX
+                        : flag.equals(COLD_SUFFIX) || flag.startsWith(SHARE_PREFIX) ? COLD_SUFFIX : flag;
                 if (!seen.add(kind)) {
                     bad = flag + " twice";
                 } else if (flag.equals(PADDED_SUFFIX)) {
@@ -187,6 +202,8 @@ public class FlightRecorderPairedBenchmark {
                         bad = "both +arrival and +none";
                     }
                     probe = flag.substring(1);
+                } else if (flag.startsWith(SHARE_PREFIX) && number(flag.substring(SHARE_PREFIX.length())) >= 2) {
+                    every = number(flag.substring(SHARE_PREFIX.length()));
                 } else if (flag.startsWith(SPIN_PREFIX) && number(flag.substring(SPIN_PREFIX.length())) >= 0) {
                     spinFirst = number(flag.substring(SPIN_PREFIX.length()));
                 } else {
@@ -198,13 +215,14 @@ public class FlightRecorderPairedBenchmark {
             }
             if (!ARRIVALS.contains(where) || entries < 1 || spinFirst > 4096 || bad != null) {
                 throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE[+padded|+compact|+runs]"
-                        + "[+arrival|+none][+spinN][+cold][@ENTRIES] with WHERE one of " + ARRIVALS + ", 0 <= N <= 4096 and"
+                        + "[+arrival|+none][+spinN][+cold|+shareM][@ENTRIES] with WHERE one of " + ARRIVALS
+                        + ", 0 <= N <= 4096, M >= 2 and"
                         + " ENTRIES >= 1, found where=" + where + " entries=" + (at >= 0 ? spec.substring(at + 1) : entries)
                         + (bad == null ? "" : ", " + bad)
                         + " (fix: e.g. --arrivals in-shadow,in-shadow+compact,in-shadow@256,in-shadow+arrival,in-shadow+none,"
                         + "in-shadow+spin64,in-shadow+cold,in-shadow+runs)");
             }
-            return new Cell(where, padded, compact, runs, probe, spinFirst, entries, prewarm);
+            return new Cell(where, padded, compact, runs, probe, spinFirst, entries, prewarm, every);
         }
 
         /** {@return {@code text} as a whole number, or -1 when it is not one} */
@@ -228,7 +246,8 @@ public class FlightRecorderPairedBenchmark {
      *                Configuration#FLIGHT_RECORDER_COMPACT}, {@link #RUNS_SUFFIX} for {@link
      *                Configuration#FLIGHT_RECORDER_RUNS}, {@code +arrival} or {@code +none} for {@link
      *                Configuration#FLIGHT_RECORDER_PROBE}, {@code +spinN} for {@link Configuration#WAIT_SPIN_FIRST},
-     *                {@link #COLD_SUFFIX} for no pre-warm, and {@code @E} for a ring of E entries
+     *                {@link #COLD_SUFFIX} for no pre-warm, {@code +shareN} for a pre-warm with the recorder on in
+     *                1/N of the collectives, and {@code @E} for a ring of E entries
      * @return the flags
      */
     static String[] forkFlags(int entries, String arrival) {
@@ -251,7 +270,7 @@ public class FlightRecorderPairedBenchmark {
                 "-D" + PADDED_PROPERTY + "=" + c.padded(), "-D" + COMPACT_PROPERTY + "=" + c.compact(),
                 "-D" + RUNS_PROPERTY + "=" + c.runs(),
                 "-D" + PROBE_PROPERTY + "=" + c.probe(), "-D" + SPIN_FIRST_PROPERTY + "=" + c.spinFirst(),
-                "-D" + PREWARM_PROPERTY + "=" + c.prewarm()));
+                "-D" + PREWARM_PROPERTY + "=" + c.prewarm(), "-D" + PREWARM_EVERY_PROPERTY + "=" + c.every()));
         if (jitLog) {
             flags.addAll(JIT_LOG_FLAGS);
         }
@@ -385,6 +404,12 @@ public class FlightRecorderPairedBenchmark {
             throw new IllegalArgumentException(PREWARM_PROPERTY + "=" + prewarmOps + ": expected all-reduces >= 0"
                     + " (fix: e.g. " + PREWARM_DEFAULT + ", or 0 for none)");
         }
+        int every = Integer.getInteger(PREWARM_EVERY_PROPERTY, 2);
+        if (every < 2) {
+            throw new IllegalArgumentException(PREWARM_EVERY_PROPERTY + "=" + every + ": expected a period count >= 2"
+                    + " (fix: 2 for the recorder on in half of the pre-warm, N for 1/N)");
+        }
+        prewarmEvery = every; // plain: the peers read it after the volatile write of peersMode in prewarm()
         prewarm(prewarmOps);
         System.out.println("flight recorder paired benchmark: one communicator per rank, recorder of "
                 + Configuration.FLIGHT_RECORDER_ENTRIES.get() + " entries switched per iteration, entry written "
@@ -392,15 +417,18 @@ public class FlightRecorderPairedBenchmark {
                 ? ", padded" : "") + (Configuration.FLIGHT_RECORDER_COMPACT.get() ? ", compact" : "")
                 + (Configuration.FLIGHT_RECORDER_RUNS.get() ? ", runs (nothing written at arrival)" : "")
                 + ", probe " + Configuration.FLIGHT_RECORDER_PROBE.get() + ", wait spin-first "
-                + Configuration.WAIT_SPIN_FIRST.get() + ", pre-warm " + prewarmOps + " all-reduces switched every "
-                + PREWARM_PERIOD + "; pid " + ProcessHandle.current().pid() + "; ranks " + (pin ? "pinned to CPUs "
+                + Configuration.WAIT_SPIN_FIRST.get() + ", pre-warm " + prewarmOps + " all-reduces, the recorder on in"
+                + " 1 of every " + every + " periods of " + PREWARM_PERIOD + "; pid " + ProcessHandle.current().pid() + "; ranks " + (pin ? "pinned to CPUs "
                 + java.util.Arrays.toString(java.util.Arrays.copyOf(cpus, ranks)) : "not pinned (-D" + BenchCpus.PROPERTY
                 + " names " + cpus.length + " CPUs, " + ranks + " needed)"));
     }
 
+    /** The pre-warm has the recorder on in one period of every this many ({@link #PREWARM_EVERY_PROPERTY}). */
+    private int prewarmEvery = 2;
+
     /** {@return whether the pre-warm's collective {@code k} (counted per rank) runs with the recorder on} */
-    private static boolean alternateOn(long k) {
-        return (k / PREWARM_PERIOD & 1) != 0;
+    private boolean alternateOn(long k) {
+        return k / PREWARM_PERIOD % prewarmEvery == prewarmEvery - 1;
     }
 
     /**

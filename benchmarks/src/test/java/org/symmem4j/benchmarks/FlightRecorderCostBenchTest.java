@@ -72,6 +72,14 @@ class FlightRecorderCostBenchTest {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+cold+cold"));
         assertTrue(e.getMessage().contains("+cold twice"), e.getMessage());
+        assertTrue(warm.contains("-Dsymmem4j.bench.recorder.prewarm.every=2"), warm.toString());
+        List<String> skewed = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+share20"));
+        assertTrue(skewed.contains("-Dsymmem4j.bench.recorder.prewarm.every=20"), skewed.toString());
+        assertTrue(skewed.contains("-Dsymmem4j.bench.recorder.prewarm=" + FlightRecorderPairedBenchmark.PREWARM_DEFAULT),
+                skewed.toString());
+        for (String bad : new String[] {"in-shadow+share1", "in-shadow+share", "in-shadow+cold+share4"}) {
+            assertThrows(IllegalArgumentException.class, () -> FlightRecorderPairedBenchmark.forkFlags(1024, bad), bad);
+        }
     }
 
     @Test
