@@ -37,7 +37,17 @@ import picocli.CommandLine.Option;
  *   FlightRecorderCostBench [--out report.md] [--forks 2] [--pairs 200] [--block-ms 40] [--warmups 100]
  *                           [--ranks 2,4] [--algorithms ONE_SHOT,TWO_SHOT] [--bytes 1024] [--ops-forks 2]
  *                           [--entries 1024] [--arrivals after-wait[,in-shadow][,in-shadow+padded]...]
+ *                           [--jit-log]
  * </pre>
+ * Every fork first runs {@link FlightRecorderPairedBenchmark#PREWARM_DEFAULT} all-reduces with each rank's recorder
+ * switched every 64 collectives, so that C2 compiles the collective from a profile with the recorder on in half of
+ * them in every fork; a cell with {@code +cold} leaves that out (the benchmark before 2026-11-30, whose forks were
+ * bimodal: {@code bench/results/2026-11-30-recorder-bimodal-forks.md}), and one with {@code +shareN} pre-warms with the
+ * recorder on in 1/N of the collectives instead of half (an off-heavy profile on purpose: {@code +share20} leaves the
+ * recorder's calls out of line in every fork). {@code --jit-log} has each paired fork write
+ * HotSpot's compilation log into {@code jit-pidPID.log} in the working directory;
+ * {@code bench/shared-state/jit-forks.py DIR} reads them with {@code recorder.txt} and says, fork by fork in the
+ * report's order, which of the recorder's calls C2 left out of line.
  * A cell of {@code --arrivals} is {@code WHERE[+padded|+compact][@ENTRIES]}: {@code --arrivals
  * in-shadow,in-shadow+compact,in-shadow@256} measures the default layout with 1,024 entries (68 KiB walked per lap of
  * the ring, more than a 48 KiB L1), the compact 32-byte entries with 1,024 (32 KiB) and the default layout with 256
@@ -106,6 +116,10 @@ public final class FlightRecorderCostBench {
                 + " times without a pause first (-Dsymmem4j.wait.spinfirst=N, off and on alike); and @E: a ring of E"
                 + " entries for that cell")
         List<String> arrivals = List.of(FlightRecorderPairedBenchmark.ARRIVAL_DEFAULT);
+        @Option(names = "--jit-log", description = "each paired fork writes HotSpot's compilation log"
+                + " (-XX:+LogCompilation) into jit-pidPID.log in the working directory (its set-up line names the pid);"
+                + " bench/shared-state/jit-forks.py DIR says per fork which recorder calls C2 left out of line")
+        boolean jitLog;
     }
 
     public static void main(String[] args) throws IOException, RunnerException {
@@ -193,7 +207,7 @@ public final class FlightRecorderCostBench {
                 .warmupTime(TimeValue.milliseconds(flags.blockMs))
                 .measurementIterations(2 * flags.pairs)
                 .measurementTime(TimeValue.milliseconds(flags.blockMs))
-                .jvmArgsAppend(FlightRecorderPairedBenchmark.forkFlags(flags.entries, arrival))
+                .jvmArgsAppend(FlightRecorderPairedBenchmark.forkFlags(flags.entries, arrival, flags.jitLog))
                 .build();
         List<double[]> forks = new ArrayList<>();
         for (RunResult r : new Runner(paired).run()) {
@@ -399,7 +413,10 @@ public final class FlightRecorderCostBench {
                 .append(System.getProperty(BenchCpus.PROPERTY, "none (no -D" + BenchCpus.PROPERTY + ")")).append('\n');
         md.append("- FlightRecorderPairedBenchmark: ").append(flags.forks).append(" forks × ").append(flags.pairs)
                 .append(" pairs of ").append(flags.blockMs).append(" ms blocks (off, on, on, off, ...; after ")
-                .append(flags.warmups).append(" alternating warm-up blocks), one communicator per rank, recorder of ")
+                .append(flags.warmups).append(" alternating warm-up blocks; cells without +cold first run ")
+                .append(FlightRecorderPairedBenchmark.PREWARM_DEFAULT).append(" all-reduces with the recorder switched every ")
+                .append(FlightRecorderPairedBenchmark.PREWARM_PERIOD)
+                .append(" collectives), one communicator per rank, recorder of ")
                 .append(flags.entries)
                 .append(" entries switched between blocks; float32 SUM in place, ranks as threads\n\n");
         md.append("| algorithm | ranks | entry written | off ns/op | on ns/op | on − off ns, 95 % t | 95 % bootstrap |"

@@ -1,5 +1,6 @@
 package org.symmem4j.benchmarks;
 
+import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
@@ -59,7 +60,8 @@ import org.symmem4j.parallel.group.InJvmWorld;
 @Warmup(iterations = 100, time = 40, timeUnit = TimeUnit.MILLISECONDS)
 @Measurement(iterations = 400, time = 40, timeUnit = TimeUnit.MILLISECONDS)
 @Fork(value = 2, jvmArgsAppend = {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g",
-        "-D" + FlightRecorderPairedBenchmark.ENTRIES_PROPERTY + "=" + FlightRecorderPairedBenchmark.ENTRIES_ON})
+        "-D" + FlightRecorderPairedBenchmark.ENTRIES_PROPERTY + "=" + FlightRecorderPairedBenchmark.ENTRIES_ON,
+        "-D" + FlightRecorderPairedBenchmark.PREWARM_PROPERTY + "=" + FlightRecorderPairedBenchmark.PREWARM_DEFAULT})
 // FlightRecorderCostBench replaces these flags with forkFlags(entries, arrival): keep the two lists the same
 @State(Scope.Thread)
 public class FlightRecorderPairedBenchmark {
@@ -99,17 +101,48 @@ public class FlightRecorderPairedBenchmark {
     static final String NONE_SUFFIX = "+none";
     /** A cell's suffix before a count, {@code +spin64}: {@code -Dsymmem4j.wait.spinfirst=64} in its forks. */
     static final String SPIN_PREFIX = "+spin";
+    /**
+     * The property that sets how many all-reduces each fork runs with its recorder switched every {@link
+     * #PREWARM_PERIOD} collectives before JMH's first block ({@link #prewarm}); 0: none (the benchmark before
+     * 2026-11-30).
+     */
+    static final String PREWARM_PROPERTY = "symmem4j.bench.recorder.prewarm";
+    /** All-reduces of the pre-warm by default: about 0.3 s at 1.1 µs each, some 17 times C2's compile threshold. */
+    static final int PREWARM_DEFAULT = 1 << 18;
+    /** The pre-warm switches the recorder every this many collectives on every rank (a power of two). */
+    static final int PREWARM_PERIOD = 64;
+    /** A cell's suffix that leaves the pre-warm out ({@code -Dsymmem4j.bench.recorder.prewarm=0}): the old benchmark. */
+    static final String COLD_SUFFIX = "+cold";
+    /**
+     * The property that has the pre-warm switch the recorder on for one period of every N ({@value #PREWARM_PERIOD}
+     * collectives each) instead of every other one: the recorder on in 1/N of the profiled calls. 2 by default.
+     */
+    static final String PREWARM_EVERY_PROPERTY = "symmem4j.bench.recorder.prewarm.every";
+    /**
+     * A cell's suffix before N, {@code +share20}: the pre-warm has the recorder on in 1/N of the collectives
+     * ({@link #PREWARM_EVERY_PROPERTY}), so C2 compiles the collective from an off-heavy profile on purpose: what a
+     * fork of the old benchmark whose profile came out off-heavy paid, measured in every fork.
+     */
+    static final String SHARE_PREFIX = "+share";
+    /**
+     * The JIT-log flags {@code FlightRecorderCostBench --jit-log} adds: each fork writes HotSpot's compilation log
+     * (every compilation's inlining decisions with the call-site counts they were made from, deoptimisations,
+     * uncommon traps) into jit-pidPID.log in its working directory, for {@code bench/shared-state/jit-forks.py}.
+     */
+    static final List<String> JIT_LOG_FLAGS = List.of("-XX:+UnlockDiagnosticVMOptions", "-XX:+LogCompilation",
+            "-XX:LogFile=jit-%p.log");
     /** A cell's suffix before a ring size of its own ({@code in-shadow@256}) instead of {@code --entries}. */
     static final String ENTRIES_SEPARATOR = "@";
     /**
      * The placements {@link #ARRIVAL_PROPERTY} accepts; a cell of {@code --arrivals} is one of them, followed by any of
-     * {@link #PADDED_SUFFIX}, {@link #COMPACT_SUFFIX}, {@link #RUNS_SUFFIX}, {@link #ARRIVAL_ONLY_SUFFIX}, {@link #NONE_SUFFIX} and
-     * {@code +spinN} (each at most once), and by {@code @E}, a ring of E entries.
+     * {@link #PADDED_SUFFIX}, {@link #COMPACT_SUFFIX}, {@link #RUNS_SUFFIX}, {@link #ARRIVAL_ONLY_SUFFIX}, {@link #NONE_SUFFIX},
+     * {@code +spinN}, {@link #COLD_SUFFIX} or {@code +shareN} (each at most once), and by {@code @E}, a ring of E
+     * entries.
      */
     static final java.util.List<String> ARRIVALS = java.util.List.of("after-wait", "in-shadow");
 
     /**
-     * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact|+runs][+arrival|+none][+spinN][@ENTRIES]}.
+     * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact|+runs][+arrival|+none][+spinN][+cold|+shareN][@ENTRIES]}.
      *
      * @param where     {@code after-wait} or {@code in-shadow}
      * @param padded    {@link Configuration#FLIGHT_RECORDER_PADDED}
@@ -118,8 +151,11 @@ public class FlightRecorderPairedBenchmark {
      * @param probe     {@link Configuration#FLIGHT_RECORDER_PROBE}: {@code all}, {@code arrival} or {@code none}
      * @param spinFirst {@link Configuration#WAIT_SPIN_FIRST}
      * @param entries   the recorder's entries while on
+     * @param prewarm   all-reduces of the pre-warm ({@link #prewarm}): {@link #PREWARM_DEFAULT}, 0 with {@code +cold}
+     * @param every     the pre-warm has the recorder on in one period of every this many: 2, or N with {@code +shareN}
      */
-    record Cell(String where, boolean padded, boolean compact, boolean runs, String probe, int spinFirst, int entries) {
+    record Cell(String where, boolean padded, boolean compact, boolean runs, String probe, int spinFirst, int entries,
+                int prewarm, int every) {
 
         /**
          * Parses a cell.
@@ -143,11 +179,14 @@ public class FlightRecorderPairedBenchmark {
             boolean runs = false;
             String probe = "all";
             int spinFirst = 0;
+            int prewarm = PREWARM_DEFAULT;
+            int every = 2;
             String bad = null;
             java.util.Set<String> seen = new java.util.HashSet<>();
             for (int k = 1; k < parts.length && bad == null; k++) {
                 String flag = "+" + parts[k];
-                String kind = flag.startsWith(SPIN_PREFIX) ? SPIN_PREFIX : flag;
+                String kind = flag.startsWith(SPIN_PREFIX) ? SPIN_PREFIX
+                        : flag.equals(COLD_SUFFIX) || flag.startsWith(SHARE_PREFIX) ? COLD_SUFFIX : flag;
                 if (!seen.add(kind)) {
                     bad = flag + " twice";
                 } else if (flag.equals(PADDED_SUFFIX)) {
@@ -156,11 +195,15 @@ public class FlightRecorderPairedBenchmark {
                     compact = true;
                 } else if (flag.equals(RUNS_SUFFIX)) {
                     runs = true;
+                } else if (flag.equals(COLD_SUFFIX)) {
+                    prewarm = 0;
                 } else if (flag.equals(ARRIVAL_ONLY_SUFFIX) || flag.equals(NONE_SUFFIX)) {
                     if (!"all".equals(probe)) {
                         bad = "both +arrival and +none";
                     }
                     probe = flag.substring(1);
+                } else if (flag.startsWith(SHARE_PREFIX) && number(flag.substring(SHARE_PREFIX.length())) >= 2) {
+                    every = number(flag.substring(SHARE_PREFIX.length()));
                 } else if (flag.startsWith(SPIN_PREFIX) && number(flag.substring(SPIN_PREFIX.length())) >= 0) {
                     spinFirst = number(flag.substring(SPIN_PREFIX.length()));
                 } else {
@@ -172,13 +215,14 @@ public class FlightRecorderPairedBenchmark {
             }
             if (!ARRIVALS.contains(where) || entries < 1 || spinFirst > 4096 || bad != null) {
                 throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE[+padded|+compact|+runs]"
-                        + "[+arrival|+none][+spinN][@ENTRIES] with WHERE one of " + ARRIVALS + ", 0 <= N <= 4096 and"
+                        + "[+arrival|+none][+spinN][+cold|+shareM][@ENTRIES] with WHERE one of " + ARRIVALS
+                        + ", 0 <= N <= 4096, M >= 2 and"
                         + " ENTRIES >= 1, found where=" + where + " entries=" + (at >= 0 ? spec.substring(at + 1) : entries)
                         + (bad == null ? "" : ", " + bad)
                         + " (fix: e.g. --arrivals in-shadow,in-shadow+compact,in-shadow@256,in-shadow+arrival,in-shadow+none,"
-                        + "in-shadow+spin64,in-shadow+runs)");
+                        + "in-shadow+spin64,in-shadow+cold,in-shadow+runs)");
             }
-            return new Cell(where, padded, compact, runs, probe, spinFirst, entries);
+            return new Cell(where, padded, compact, runs, probe, spinFirst, entries, prewarm, every);
         }
 
         /** {@return {@code text} as a whole number, or -1 when it is not one} */
@@ -202,16 +246,35 @@ public class FlightRecorderPairedBenchmark {
      *                Configuration#FLIGHT_RECORDER_COMPACT}, {@link #RUNS_SUFFIX} for {@link
      *                Configuration#FLIGHT_RECORDER_RUNS}, {@code +arrival} or {@code +none} for {@link
      *                Configuration#FLIGHT_RECORDER_PROBE}, {@code +spinN} for {@link Configuration#WAIT_SPIN_FIRST},
-     *                and {@code @E} for a ring of E entries
+     *                {@link #COLD_SUFFIX} for no pre-warm, {@code +shareN} for a pre-warm with the recorder on in
+     *                1/N of the collectives, and {@code @E} for a ring of E entries
      * @return the flags
      */
     static String[] forkFlags(int entries, String arrival) {
+        return forkFlags(entries, arrival, false);
+    }
+
+    /**
+     * {@link #forkFlags(int, String)}, with {@link #JIT_LOG_FLAGS} when {@code jitLog}.
+     *
+     * @param entries the recorder's size while on
+     * @param arrival a cell ({@link Cell#parse})
+     * @param jitLog  whether each fork writes its compilations and inlining decisions into jit-PID.log
+     * @return the flags
+     */
+    static String[] forkFlags(int entries, String arrival, boolean jitLog) {
         Cell c = Cell.parse(arrival, entries);
-        return new String[] {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g",
-            "-D" + ENTRIES_PROPERTY + "=" + c.entries(), "-D" + ARRIVAL_PROPERTY + "=" + c.where(),
-            "-D" + PADDED_PROPERTY + "=" + c.padded(), "-D" + COMPACT_PROPERTY + "=" + c.compact(),
-            "-D" + RUNS_PROPERTY + "=" + c.runs(),
-            "-D" + PROBE_PROPERTY + "=" + c.probe(), "-D" + SPIN_FIRST_PROPERTY + "=" + c.spinFirst()};
+        List<String> flags = new java.util.ArrayList<>(List.of("--enable-native-access=ALL-UNNAMED",
+                "--add-modules=jdk.incubator.vector", "-Xmx1g",
+                "-D" + ENTRIES_PROPERTY + "=" + c.entries(), "-D" + ARRIVAL_PROPERTY + "=" + c.where(),
+                "-D" + PADDED_PROPERTY + "=" + c.padded(), "-D" + COMPACT_PROPERTY + "=" + c.compact(),
+                "-D" + RUNS_PROPERTY + "=" + c.runs(),
+                "-D" + PROBE_PROPERTY + "=" + c.probe(), "-D" + SPIN_FIRST_PROPERTY + "=" + c.spinFirst(),
+                "-D" + PREWARM_PROPERTY + "=" + c.prewarm(), "-D" + PREWARM_EVERY_PROPERTY + "=" + c.every()));
+        if (jitLog) {
+            flags.addAll(JIT_LOG_FLAGS);
+        }
+        return flags.toArray(String[]::new);
     }
 
     @Param({"1024"})
@@ -229,8 +292,14 @@ public class FlightRecorderPairedBenchmark {
     private FlightRecording recording;
     private SymmetricMemory mem;
     private long count;
-    /** Whether the peers record: written by rank 0 before it requests the iteration's operations. */
-    private volatile boolean peersOn;
+    /**
+     * Whether the peers record ({@link #PEERS_OFF}, {@link #PEERS_ON}) or switch every {@link #PREWARM_PERIOD}
+     * collectives ({@link #PEERS_ALTERNATE}, the pre-warm): written by rank 0 before it requests the operations.
+     */
+    private volatile int peersMode;
+    private static final int PEERS_OFF = 0;
+    private static final int PEERS_ON = 1;
+    private static final int PEERS_ALTERNATE = 2;
     private final AtomicLong requested = new AtomicLong();
     private volatile boolean stop;
     private Thread[] peers;
@@ -304,8 +373,10 @@ public class FlightRecorderPairedBenchmark {
                         FlightRecording sw = switchOf(c);
                         HostAllReduceBenchmark.fill(m);
                         ready.countDown();
+                        long[] done = {0};
                         PeerDriver.serve(PeerDriver.inJvm(requested, () -> stop), () -> {
-                            boolean on = peersOn;
+                            int mode = peersMode;
+                            boolean on = mode == PEERS_ALTERNATE ? alternateOn(done[0]++) : mode == PEERS_ON;
                             if (on != sw.isRecording()) {
                                 sw.setRecording(on); // the block's first all-reduce on this rank
                             }
@@ -328,15 +399,75 @@ public class FlightRecorderPairedBenchmark {
             throw new IllegalStateException("a peer rank failed to set up: expected every rank's communicator and"
                     + " memory, found " + peerFailure.get() + " (fix: see the cause below)", peerFailure.get());
         }
+        int prewarmOps = Integer.getInteger(PREWARM_PROPERTY, 0);
+        if (prewarmOps < 0) {
+            throw new IllegalArgumentException(PREWARM_PROPERTY + "=" + prewarmOps + ": expected all-reduces >= 0"
+                    + " (fix: e.g. " + PREWARM_DEFAULT + ", or 0 for none)");
+        }
+        int every = Integer.getInteger(PREWARM_EVERY_PROPERTY, 2);
+        if (every < 2) {
+            throw new IllegalArgumentException(PREWARM_EVERY_PROPERTY + "=" + every + ": expected a period count >= 2"
+                    + " (fix: 2 for the recorder on in half of the pre-warm, N for 1/N)");
+        }
+        prewarmEvery = every; // plain: the peers read it after the volatile write of peersMode in prewarm()
+        prewarm(prewarmOps);
         System.out.println("flight recorder paired benchmark: one communicator per rank, recorder of "
                 + Configuration.FLIGHT_RECORDER_ENTRIES.get() + " entries switched per iteration, entry written "
                 + Configuration.FLIGHT_RECORDER_ARRIVAL.get() + (Configuration.FLIGHT_RECORDER_PADDED.get()
                 ? ", padded" : "") + (Configuration.FLIGHT_RECORDER_COMPACT.get() ? ", compact" : "")
                 + (Configuration.FLIGHT_RECORDER_RUNS.get() ? ", runs (nothing written at arrival)" : "")
                 + ", probe " + Configuration.FLIGHT_RECORDER_PROBE.get() + ", wait spin-first "
-                + Configuration.WAIT_SPIN_FIRST.get() + "; ranks " + (pin ? "pinned to CPUs "
+                + Configuration.WAIT_SPIN_FIRST.get() + ", pre-warm " + prewarmOps + " all-reduces, the recorder on in"
+                + " 1 of every " + every + " periods of " + PREWARM_PERIOD + "; pid " + ProcessHandle.current().pid() + "; ranks " + (pin ? "pinned to CPUs "
                 + java.util.Arrays.toString(java.util.Arrays.copyOf(cpus, ranks)) : "not pinned (-D" + BenchCpus.PROPERTY
                 + " names " + cpus.length + " CPUs, " + ranks + " needed)"));
+    }
+
+    /** The pre-warm has the recorder on in one period of every this many ({@link #PREWARM_EVERY_PROPERTY}). */
+    private int prewarmEvery = 2;
+
+    /** {@return whether the pre-warm's collective {@code k} (counted per rank) runs with the recorder on} */
+    private boolean alternateOn(long k) {
+        return k / PREWARM_PERIOD % prewarmEvery == prewarmEvery - 1;
+    }
+
+    /**
+     * Runs {@code ops} all-reduces on every rank with each rank's recorder switched every {@link #PREWARM_PERIOD}
+     * collectives, before JMH's first block, so that the profile C2 compiles the collective from holds the recorder
+     * on in half of them in every fork.
+     *
+     * <p>Why (bench/results/2026-11-30-recorder-bimodal-forks.md): without it the collective runs its first blocks at
+     * milliseconds to tens of µs per call and C2's code arrives in warm-up block 9 or 10 (32 cores), after blocks 8
+     * and 9, both off, ran most of the profiled calls (the recorder on in 7-26 % of them), and the recompilations
+     * after the first "on" block see the recorder on in a share that depends on the fork's timing. The
+     * recorder's calls from the hot path (FlightRecorder.arrived, 241 bytes of bytecode; completed, 63; started,
+     * 39) are larger than C2's MaxInlineSize (35), so C2 inlines them only where the call site counts at least
+     * InlineFrequencyRatio (0.25) of its caller's invocations; below that they stay calls ("too big"), and below
+     * MinInlineFrequencyRatio (0.0085) no call is inlined. A recorder that is always on (production) has that
+     * share at 1, one that is always off never reaches the call: neither sees the in-between state that only the
+     * benchmark's switching produces. The pre-warm puts every fork at a share of 0.5, then JMH's alternating blocks
+     * keep it there.
+     *
+     * @param ops all-reduces, 0 for none
+     */
+    private void prewarm(int ops) {
+        if (ops == 0) {
+            return;
+        }
+        // volatile write, before the release of the request count below: a peer that sees the count sees the mode
+        peersMode = PEERS_ALTERNATE;
+        // release: the peers read the new total with getAcquire (PeerDriver.inJvm) and run the same number of ops
+        requested.setRelease(requested.get() + ops);
+        for (int k = 0; k < ops; k++) {
+            boolean on = alternateOn(k);
+            if (on != recording.isRecording()) {
+                recording.setRecording(on);
+            }
+            comm.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
+        }
+        recording.setRecording(false);
+        // the first block's choose() writes the mode before it requests more: no peer runs an op of that block with
+        // the pre-warm's mode (every peer began its last pre-warm op, or rank 0's last one could not have passed)
     }
 
     private static FlightRecording switchOf(Communicator c) {
@@ -359,7 +490,7 @@ public class FlightRecorderPairedBenchmark {
         // volatile write, before allReduce() publishes the iteration's request count (release): a peer that sees the
         // new count sees this choice; every peer has begun the previous iteration's last operation already (rank 0's
         // last one could not pass its entry barrier before), so none switches inside an old iteration
-        peersOn = on;
+        peersMode = on ? PEERS_ON : PEERS_OFF;
     }
 
     @Benchmark

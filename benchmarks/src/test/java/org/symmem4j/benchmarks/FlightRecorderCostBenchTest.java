@@ -59,6 +59,30 @@ class FlightRecorderCostBenchTest {
     }
 
     @Test
+    void everyCellPrewarmsUnlessCold() {
+        List<String> warm = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow"));
+        assertTrue(warm.contains("-Dsymmem4j.bench.recorder.prewarm=" + FlightRecorderPairedBenchmark.PREWARM_DEFAULT),
+                warm.toString());
+        assertTrue(warm.stream().noneMatch(f -> f.startsWith("-XX:")), warm.toString());
+        List<String> cold = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+arrival+cold@64", true));
+        assertTrue(cold.contains("-Dsymmem4j.bench.recorder.prewarm=0"), cold.toString());
+        assertTrue(cold.contains("-Dsymmem4j.flight.recorder.probe=arrival"), cold.toString());
+        assertTrue(cold.contains("-Dsymmem4j.flight.recorder.entries=64"), cold.toString());
+        assertTrue(cold.containsAll(FlightRecorderPairedBenchmark.JIT_LOG_FLAGS), cold.toString());
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+cold+cold"));
+        assertTrue(e.getMessage().contains("+cold twice"), e.getMessage());
+        assertTrue(warm.contains("-Dsymmem4j.bench.recorder.prewarm.every=2"), warm.toString());
+        List<String> skewed = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+share20"));
+        assertTrue(skewed.contains("-Dsymmem4j.bench.recorder.prewarm.every=20"), skewed.toString());
+        assertTrue(skewed.contains("-Dsymmem4j.bench.recorder.prewarm=" + FlightRecorderPairedBenchmark.PREWARM_DEFAULT),
+                skewed.toString());
+        for (String bad : new String[] {"in-shadow+share1", "in-shadow+share", "in-shadow+cold+share4"}) {
+            assertThrows(IllegalArgumentException.class, () -> FlightRecorderPairedBenchmark.forkFlags(1024, bad), bad);
+        }
+    }
+
+    @Test
     void probeAndSpinCellsCombine() {
         List<String> f = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+compact+arrival+spin64@256"));
         assertTrue(f.contains("-Dsymmem4j.flight.recorder.arrival=in-shadow"), f.toString());
