@@ -26,7 +26,6 @@ import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.SyncMetrics;
-import org.symmem4j.parallel.Invariants;
 
 /**
  * Exact synchronous data parallelism for DL4J, as a drop-in for {@code ParallelWrapper}:
@@ -575,7 +574,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             iteration = agreed.replica().iterationCount();
             model.copyStateFrom(agreed.replica()); // the new replicas start from it; a failed fit puts the model back
         }
-        requireStartOrEnd(lost, iteration);
+        SurvivorSteps.requireStartOrEnd(lost, iteration);
         workers.stop(); // every thread joined; the old world and its symmetric memory closed
         settings = settings.withWorkers(survivors, ndThreadsFor.applyAsInt(survivors));
         Nd4jThreadLimit.set(settings.ompThreadsPerWorker()); // until the fit's limit is restored at its end
@@ -597,13 +596,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         DataParallelWorker worker = workers.all().getFirst();
         ModelReplica mine = worker.replica();
         workers.stop(); // this rank's memories of the old group freed (its worker ended with the failed step)
-        if (settings.shardGroupSize() > 0) { // HSDP: dead ranks' shard groups leave; each survivor keeps its blocks
+        if (settings.shardGroupSize() > 0) { // HSDP: dead ranks' shard groups leave; each survivor writes its blocks
             HybridShrink.Formed f = HybridShrink.inGroup(model, worker, settings, lost, cause);
             org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // a group an earlier shrink formed
             ownedGroup = f.group();
             settings = settings.withGroup(f.group());
             workers = new DataParallelWorkers(model, settings, metrics);
-            return new Agreed(f.dead(), f.iteration(), lost.step(), f.iteration() == lost.iterationAtStart()); // one step
+            return new Agreed(f.dead(), f.iteration(), f.failedStep(), true); // the survivors' agreed step, redone
         }
         org.symmem4j.parallel.Group group;
         org.symmem4j.parallel.Group agreeing; // a mesh's survivors agree over the whole world: every tp rank alike
@@ -623,16 +622,15 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         try {
             ShardedShrink.requireMinWorkers(lost, dead, group.worldSize(), old.worldSize(), cause,
                     settings.minWorkers());
-            // the tag names no step: the survivors may have failed different steps (a mesh's dp groups; a survivor
-            // the abort reached still finishing the step before: SurvivorSteps), and the survivors' world is new
-            SurvivorSteps.Agreed steps = SurvivorSteps.agree(org.symmem4j.dl4j.train.RankAgreement.allGather(agreeing,
-                    "symmem4j-wrapper-shrink", SurvivorSteps.position(lost, mine.iterationCount())), lost);
+            // the survivors may have failed different steps (a mesh's dp groups; a survivor the abort reached still
+            // finishing the step before: SurvivorSteps)
+            SurvivorSteps.Agreed steps = SurvivorSteps.agreeOver(agreeing, lost, mine.iterationCount());
             int iteration = steps.iteration();
             failedStep = steps.failedStep();
             if (meshShrink != null) {
                 MeshShrink.requireOneStepApart(lost, iteration, cause);
             }
-            requireStartOrEnd(lost, iteration);
+            SurvivorSteps.requireStartOrEnd(lost, iteration);
             if (mine.iterationCount() == iteration) {
                 model.copyStateFrom(mine);
             } else {
@@ -650,15 +648,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         workers = new DataParallelWorkers(model, settings, metrics);
         // every survivor reports the agreed failed step, which all of them redo
         return new Agreed(dead, model.iterationCount(), failedStep, true);
-    }
-
-    /** The agreed iteration count is the failed step's start or end; anything else is a bug. */
-    private static void requireStartOrEnd(DataParallelSteps.LostWorkers lost, int iteration) {
-        if (iteration != lost.iterationAtStart() && iteration != lost.iterationAtStart() + 1) {
-            throw Invariants.violated("shrink after step " + lost.step() + ": the survivors' agreed iteration count"
-                    + " is " + iteration + ", expected " + lost.iterationAtStart() + " (step not done) or "
-                    + (lost.iterationAtStart() + 1) + " (done)", lost.failure());
-        }
     }
 
     /**
