@@ -46,9 +46,10 @@ final class DataParallelSteps {
         this.stepListeners = List.copyOf(stepListeners);
         this.timeline = timeline;
         this.pool = pool;
-        // ZeRO's shrink goes back to a checkpoint (ShardedShrink), never to the step's start: no copy
-        this.stepStart = settings.shrinks() && settings.group() != null && settings.sharding() == null
-                ? new StepStart() : null;
+        // ZeRO's shrink goes back to a checkpoint (ShardedShrink), never to the step's start: no copy; hybrid
+        // sharding's goes back to it (HybridShrink), and keeps this rank's own blocks and updater-state shard
+        this.stepStart = settings.shrinks() && settings.group() != null
+                && (settings.sharding() == null || settings.shardGroupSize() > 0) ? new StepStart() : null;
     }
 
     /** {@return the steps done so far, over every {@code fit}: the next step's number} */
@@ -77,54 +78,11 @@ final class DataParallelSteps {
      * echoes a peer's, and the group's membership authority names the dead), what {@code fit} throws if the survivors
      * are too few, the replicas' iteration count when the step was handed out (every replica's: the workers were
      * idle), in group mode this rank's state at the step's start ({@code stepStart}; null in thread mode, and with ZeRO
-     * sharding, whose shrink goes back to a checkpoint), and when the wrapper's thread had every worker's outcome
+     * sharding other than hybrid, whose shrink goes back to a checkpoint), and when the wrapper's thread had every worker's outcome
      * ({@link System#nanoTime()}).
      */
     record LostWorkers(long step, List<Integer> dead, RuntimeException failure, int iterationAtStart,
                        StepStart stepStart, long failedNanos) {
-    }
-
-    /**
-     * A rank's replica state at the start of a step (group mode under SHRINK): the survivors of a peer's death may
-     * have got past their update when others had not, and then every survivor goes back to the step's start, which
-     * only this copy still holds. Allocated once, overwritten at each step's start (a copy of the parameters and the
-     * updater state: memory bandwidth, no allocation).
-     */
-    static final class StepStart {
-        private INDArray params;
-        private INDArray updaterState;
-        private int iteration;
-        private int epoch;
-
-        void take(ModelReplica replica) {
-            if (params == null) {
-                try (org.nd4j.linalg.api.memory.MemoryWorkspace ws = Nd4j.getWorkspaceManager().scopeOutOfWorkspaces()) {
-                    params = replica.params().dup();
-                    updaterState = replica.updaterState() == null ? null : replica.updaterState().dup();
-                }
-            } else {
-                params.assign(replica.params());
-                if (updaterState != null) {
-                    updaterState.assign(replica.updaterState());
-                }
-            }
-            iteration = replica.iterationCount();
-            epoch = replica.epochCount();
-        }
-
-        int iteration() {
-            return iteration;
-        }
-
-        /** {@code target} takes this state: parameters, updater state, counters. */
-        void restoreInto(ModelReplica target) {
-            target.params().assign(params);
-            if (updaterState != null && target.updaterState() != null) {
-                target.updaterState().assign(updaterState);
-            }
-            target.setIterationCount(iteration);
-            target.setEpochCount(epoch);
-        }
     }
 
     /** Group mode under SHRINK: this rank's state at the current step's start; null otherwise. */
@@ -178,7 +136,7 @@ final class DataParallelSteps {
         int local = workers.size();
         int iterationAtStart = workers.getFirst().replica().iterationCount(); // idle workers: every replica's
         if (stepStart != null) {
-            stepStart.take(workers.getFirst().replica()); // (group mode: one worker, idle)
+            stepStart.take(workers.getFirst()); // (group mode: one worker, idle)
         }
         TrainingStepEvent[] jfr = TrainingStepEvent.beginAll(local); // null unless a JFR recording enables them
         DataParallelWorker.Result[] jfrResults = jfr == null ? null : new DataParallelWorker.Result[local];

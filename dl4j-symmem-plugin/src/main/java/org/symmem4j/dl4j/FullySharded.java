@@ -740,12 +740,21 @@ final class FullySharded implements AutoCloseable {
      * rank's failed step, whose close frees the parameter memory ({@link #unpackOwnBlocksTo}).
      */
     MemorySegment packOwnBlocks() {
+        return packOwnBlocks(null);
+    }
+
+    /**
+     * As {@link #packOwnBlocks()}, into {@code into} when it is a packing of this rank's blocks (a hybrid-sharding
+     * rank's copy of them at every step's start under SHRINK: {@link StepStart}), else into a new heap copy.
+     */
+    MemorySegment packOwnBlocks(MemorySegment into) {
         long ds = dtype.byteSize();
         long bytes = 0;
         for (Unit u : units) {
             bytes += (u.ownTo() - u.ownFrom()) * ds;
         }
-        MemorySegment packed = Arena.ofAuto().allocate(Math.max(bytes, 1), ds);
+        MemorySegment packed = into != null && into.byteSize() == Math.max(bytes, 1) ? into
+                : Arena.ofAuto().allocate(Math.max(bytes, 1), ds);
         long at = 0;
         for (Unit u : units) {
             long n = (u.ownTo() - u.ownFrom()) * ds;

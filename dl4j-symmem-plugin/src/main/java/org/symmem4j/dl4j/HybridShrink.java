@@ -27,7 +27,10 @@ import org.symmem4j.parallel.Group;
  * <p>The last step every survivor completed: in thread mode a row's workers are stopped by the abort in the same step;
  * a worker whose step got past its update (the dead one failed after its last collective) holds the step's end, the
  * others its start. The survivors go on from the smallest iteration count among them, taken from the first surviving
- * row whose S workers all hold it (a row split between the step's start and end holds no whole copy of either).
+ * row whose S workers all hold it (a row split between the step's start and end holds no whole copy of either). In
+ * group mode each survivor holds only its own blocks, and writes them itself: the survivors agree on the smallest
+ * iteration count and the failed step ({@link SurvivorSteps}, as plain data parallelism's shrink does), and a survivor
+ * that went past its update while another did not goes back to its own copy of the step's start ({@link StepStart}).
  */
 final class HybridShrink {
 
@@ -109,23 +112,29 @@ final class HybridShrink {
         return new Survivors(survivors, iteration);
     }
 
-    /** What a group-mode survivor goes on with: the survivors' group (the wrapper owns it), the dead, the iteration. */
-    record Formed(Group group, List<Integer> dead, int iteration) {
+    /**
+     * What a group-mode survivor goes on with: the survivors' group (the wrapper owns it), the dead, the iteration
+     * count every survivor goes on from and the failed step they agreed on, which all of them redo ({@link SurvivorSteps}).
+     */
+    record Formed(Group group, List<Integer> dead, int iteration, long failedStep) {
     }
 
     /**
      * Group mode (one worker per rank: processes under {@code symmem4j-run --on-failure shrink}, or thread ranks of
      * {@code InJvmWorld.createShrinking}): this rank's worker stopped (its memories of the old group freed) after a
      * step that failed on a peer's death. The group forms the survivors' group without every dead rank's shard group
-     * ({@link Group#shrink(java.util.function.IntFunction)}: a dead rank takes its row out); the survivors check over
-     * it that they all hold the same step, and each writes its own blocks and updater-state shard into the model: a
+     * ({@link Group#shrink(java.util.function.IntFunction)}: a dead rank takes its row out); over it the survivors agree
+     * on the last step all of them completed and the failed step ({@link SurvivorSteps}, as plain data parallelism's
+     * shrink): a survivor whose update ran while another's did not (the step's sums over the groups completed on some
+     * ranks and not on others) goes back to the step's start, which it kept ({@link StepStart}). Each writes that
+     * state's own blocks and updater-state shard into the model: a
      * survivor's new rank has the same place in its row ({@code r % S}: whole rows left), so its new worker cuts
      * exactly those elements from the model. The model's other elements are stale until the fit's end gathers them.
      *
      * @param mine this rank's worker, stopped
      * @throws ReplicaLostException on a live rank of a lost row: it leaves (the model as before the fit)
-     * @throws DataParallelTrainingException when every row lost a worker, fewer than {@code minWorkers} survive, the
-     *                                       group cannot shrink, or the survivors hold different steps
+     * @throws DataParallelTrainingException when every row lost a worker, fewer than {@code minWorkers} survive, or
+     *                                       the group cannot shrink
      */
     static Formed inGroup(ModelReplica model, DataParallelWorker mine, DataParallelSettings settings,
                           DataParallelSteps.LostWorkers lost, Throwable cause) {
@@ -158,15 +167,13 @@ final class HybridShrink {
         try {
             ShardedShrink.requireMinWorkers(lost, dead, group.worldSize(), old.worldSize(), cause, settings.minWorkers());
             int count = mine.replica().iterationCount();
-            List<String> counts = org.symmem4j.dl4j.train.RankAgreement.allGather(group,
-                    "symmem4j-wrapper-hsdp-shrink", Integer.toString(count));
-            if (counts.stream().anyMatch(c -> !c.equals(Integer.toString(count)))) {
-                throw new DataParallelTrainingException("data-parallel fit failed: rank(s) " + dead + " died at step "
-                        + lost.step() + " (" + cause + ") and the survivors of hybrid sharding hold different steps"
-                        + " (iteration counts by new rank: " + counts + "): some updates ran and others did not, and"
-                        + " each survivor holds only its own blocks; expected a death before or after a step's"
-                        + " collectives; the model is as it was before this fit (fix: " + RESTART + ")",
-                        old.rank(), lost.step(), cause);
+            SurvivorSteps.Agreed steps = SurvivorSteps.agreeOver(group, lost, count);
+            SurvivorSteps.requireStartOrEnd(lost, steps.iteration());
+            if (count != steps.iteration()) {
+                // this rank's update ran and another survivor's did not (the abort cut its shard's sum over the
+                // groups short): back to the step's start, which this rank kept (StepStart says why not a peer's)
+                lost.stepStart().restoreShardInto(model, mine);
+                return new Formed(group, dead, steps.iteration(), steps.failedStep());
             }
             MemorySegment kept = mine.ownBlocksAtFailure();
             if (kept == null) {
@@ -182,7 +189,7 @@ final class HybridShrink {
             }
             model.setIterationCount(count);
             model.setEpochCount(mine.replica().epochCount());
-            return new Formed(group, dead, count);
+            return new Formed(group, dead, count, steps.failedStep());
         } catch (RuntimeException e) {
             RankRuntime.closeQuietly(group);
             if (e instanceof DataParallelTrainingException t && t != lost.failure()) {

@@ -1,6 +1,8 @@
 package org.symmem4j.dl4j;
 
 import java.util.List;
+import org.symmem4j.dl4j.train.RankAgreement;
+import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.Invariants;
 
 /**
@@ -11,6 +13,10 @@ import org.symmem4j.parallel.Invariants;
  * the first step it had not completed: its failed step, or the one after when its update ran. The survivors gather
  * that position with their iteration counts; the smallest is the first step that not every survivor completed, the
  * one they go on from, and every survivor reports it as the failed step, redone ({@link ShrinkReport#step()}).
+ *
+ * <p>A survivor whose update ran while another's did not goes back to the step's start, which it kept
+ * ({@link StepStart}): plain data parallelism its replica's state, hybrid sharding its own blocks and updater-state
+ * shard ({@link HybridShrink}).
  *
  * <p>The step counters and the iteration counters move together on every rank (one update per step), so a rank's
  * step minus its iteration count is the same on every survivor; a difference is a bug.
@@ -64,5 +70,26 @@ final class SurvivorSteps {
             failedStep = Math.min(failedStep, step);
         }
         return new Agreed(iteration, failedStep);
+    }
+
+    /**
+     * Gathers every survivor's {@link #position} over {@code survivors} and agrees ({@link #agree}): collective over
+     * the survivors' new group (its tag names no step: the survivors may have failed different steps, and the group
+     * is new).
+     *
+     * @param survivors the group every survivor agrees over (a mesh's whole world: every tp rank alike)
+     * @param iteration this rank's replica's iteration count now
+     */
+    static Agreed agreeOver(Group survivors, DataParallelSteps.LostWorkers lost, int iteration) {
+        return agree(RankAgreement.allGather(survivors, "symmem4j-wrapper-shrink", position(lost, iteration)), lost);
+    }
+
+    /** The agreed iteration count is the failed step's start or end; anything else is a bug. */
+    static void requireStartOrEnd(DataParallelSteps.LostWorkers lost, int iteration) {
+        if (iteration != lost.iterationAtStart() && iteration != lost.iterationAtStart() + 1) {
+            throw Invariants.violated("shrink after step " + lost.step() + ": the survivors' agreed iteration count"
+                    + " is " + iteration + ", expected " + lost.iterationAtStart() + " (step not done) or "
+                    + (lost.iterationAtStart() + 1) + " (done)", lost.failure());
+        }
     }
 }

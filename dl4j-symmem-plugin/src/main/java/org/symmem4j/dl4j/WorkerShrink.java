@@ -5,7 +5,6 @@ import java.util.List;
 import java.util.function.IntUnaryOperator;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.gradsync.SyncMetrics;
-import org.symmem4j.parallel.Invariants;
 
 /**
  * One in-place shrink ({@link WorkerFailure#SHRINK}) that goes on from the survivors' own state: plain data
@@ -109,7 +108,7 @@ final class WorkerShrink {
             iteration = agreed.replica().iterationCount();
             model.copyStateFrom(agreed.replica()); // the new replicas start from it; a failed fit puts the model back
         }
-        requireStartOrEnd(lost, iteration);
+        SurvivorSteps.requireStartOrEnd(lost, iteration);
         workers.stop(); // every thread joined; the old world and its symmetric memory closed
         settings = settings.withWorkers(survivors, ndThreadsFor.applyAsInt(survivors));
         Nd4jThreadLimit.set(settings.ompThreadsPerWorker()); // until the fit's limit is restored at its end
@@ -131,13 +130,13 @@ final class WorkerShrink {
         DataParallelWorker worker = workers.all().getFirst();
         ModelReplica mine = worker.replica();
         workers.stop(); // this rank's memories of the old group freed (its worker ended with the failed step)
-        if (settings.shardGroupSize() > 0) { // HSDP: dead ranks' shard groups leave; each survivor keeps its blocks
+        if (settings.shardGroupSize() > 0) { // HSDP: dead ranks' shard groups leave; each survivor writes its blocks
             HybridShrink.Formed f = HybridShrink.inGroup(model, worker, settings, lost, cause);
             org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // a group an earlier shrink formed
             ownedGroup = f.group();
             settings = settings.withGroup(f.group());
             workers = new DataParallelWorkers(model, settings, metrics);
-            return new Agreed(f.dead(), f.iteration(), lost.step(), f.iteration() == lost.iterationAtStart()); // one step
+            return new Agreed(f.dead(), f.iteration(), f.failedStep(), true); // the survivors' agreed step, redone
         }
         org.symmem4j.parallel.Group group;
         org.symmem4j.parallel.Group agreeing; // a mesh's survivors agree over the whole world: every tp rank alike
@@ -157,16 +156,15 @@ final class WorkerShrink {
         try {
             ShardedShrink.requireMinWorkers(lost, dead, group.worldSize(), old.worldSize(), cause,
                     settings.minWorkers());
-            // the tag names no step: the survivors may have failed different steps (a mesh's dp groups; a survivor
-            // the abort reached still finishing the step before: SurvivorSteps), and the survivors' world is new
-            SurvivorSteps.Agreed steps = SurvivorSteps.agree(org.symmem4j.dl4j.train.RankAgreement.allGather(agreeing,
-                    "symmem4j-wrapper-shrink", SurvivorSteps.position(lost, mine.iterationCount())), lost);
+            // the survivors may have failed different steps (a mesh's dp groups; a survivor the abort reached still
+            // finishing the step before: SurvivorSteps)
+            SurvivorSteps.Agreed steps = SurvivorSteps.agreeOver(agreeing, lost, mine.iterationCount());
             int iteration = steps.iteration();
             failedStep = steps.failedStep();
             if (meshShrink != null) {
                 MeshShrink.requireOneStepApart(lost, iteration, cause);
             }
-            requireStartOrEnd(lost, iteration);
+            SurvivorSteps.requireStartOrEnd(lost, iteration);
             if (mine.iterationCount() == iteration) {
                 model.copyStateFrom(mine);
             } else {
@@ -184,14 +182,5 @@ final class WorkerShrink {
         workers = new DataParallelWorkers(model, settings, metrics);
         // every survivor reports the agreed failed step, which all of them redo
         return new Agreed(dead, model.iterationCount(), failedStep, true);
-    }
-
-    /** The agreed iteration count is the failed step's start or end; anything else is a bug. */
-    private static void requireStartOrEnd(DataParallelSteps.LostWorkers lost, int iteration) {
-        if (iteration != lost.iterationAtStart() && iteration != lost.iterationAtStart() + 1) {
-            throw Invariants.violated("shrink after step " + lost.step() + ": the survivors' agreed iteration count"
-                    + " is " + iteration + ", expected " + lost.iterationAtStart() + " (step not done) or "
-                    + (lost.iterationAtStart() + 1) + " (done)", lost.failure());
-        }
     }
 }

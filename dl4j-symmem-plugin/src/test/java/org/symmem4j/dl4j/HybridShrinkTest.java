@@ -19,6 +19,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.group.InJvmWorld;
 
@@ -45,7 +46,11 @@ class HybridShrinkTest {
 
     /** HSDP on {@code shapes[i]} workers over the batches from {@code firstBatch[i]} on, one fit per shape. */
     private static MultiLayerNetwork reference(List<DataSet> data, int[] shapes, int[] firstBatch) {
-        MultiLayerNetwork ref = start();
+        return reference(start(), data, shapes, firstBatch);
+    }
+
+    /** As {@link #reference(List, int[], int[])}, from {@code ref} (trained in place). */
+    private static MultiLayerNetwork reference(MultiLayerNetwork ref, List<DataSet> data, int[] shapes, int[] firstBatch) {
         for (int i = 0; i < shapes.length; i++) {
             int to = i + 1 < shapes.length ? firstBatch[i + 1] : data.size();
             SymmemParallelWrapper.Builder b = shapes[i] == S // one group left: HSDP of one replica is stage 3 itself
@@ -148,9 +153,9 @@ class HybridShrinkTest {
                     }
                     assertEquals(4, wrapper.workers());
                     ShrinkReport s = wrapper.shrinks().getFirst();
-                    // step 2 redone; or, on a rank the abort reached at step 1's loss sum (after its update), step 1
-                    // done: the same state, step 2's start
-                    assertTrue(s.step() == 2 && s.redone() || s.step() == 1 && !s.redone(),
+                    // every survivor reports the step they agreed on, also one the abort reached at step 1's loss sum
+                    // (after its update): step 2, redone (SurvivorSteps)
+                    assertTrue(s.step() == 2 && s.redone() && s.resumedAt() == 2,
                             "rank " + group.rank() + ": failed step " + s.step() + " redone " + s.redone());
                     assertEquals(List.of(dead), s.dead());
                     assertEquals(List.of(6, 4), List.of(s.workersBefore(), s.workersAfter()));
@@ -170,6 +175,182 @@ class HybridShrinkTest {
             } else {
                 assertSameState(ref, ends.get(r), "group mode, rank " + r + " after rank " + dead + " died");
             }
+        }
+    }
+
+    /** The step at whose update {@link StallingAdam} acts: step 2, handed out at iteration 2. */
+    private static final int STALL_AT = 2;
+
+    /** What {@link StallingAdam} does at iteration {@link #STALL_AT} in the faulty run; null otherwise. */
+    private static volatile Stall stall;
+
+    /**
+     * The survivors split between the step's start and end, made deterministic: at their update of step 2 (every sum
+     * done), old rank 0 waits until the ranks of shard group 1 (2, 3) start theirs, then fails (it is the dead one);
+     * the ranks of shard group 2 (4, 5) wait for that and throw a {@link PeerTimeoutException} before changing
+     * anything, as when the abort cuts their group's last sum short (the state a group the abort reached there holds:
+     * the step's start, a kept copy of its blocks). Rank 1 goes on and leaves with its group. Each rank acts once.
+     */
+    private record Stall(java.util.concurrent.atomic.AtomicBoolean[] armed, java.util.concurrent.CountDownLatch groupOneUpdates,
+                         java.util.concurrent.CountDownLatch deadFailed, java.util.concurrent.atomic.AtomicInteger stopped) {
+
+        Stall() {
+            this(java.util.stream.IntStream.range(0, 6).mapToObj(r -> new java.util.concurrent.atomic.AtomicBoolean(true))
+                    .toArray(java.util.concurrent.atomic.AtomicBoolean[]::new), new java.util.concurrent.CountDownLatch(2),
+                    new java.util.concurrent.CountDownLatch(1), new java.util.concurrent.atomic.AtomicInteger());
+        }
+
+        void act() {
+            String name = Thread.currentThread().getName();
+            if (!name.startsWith("symmem4j-worker-")) {
+                return;
+            }
+            int r = Integer.parseInt(name.substring("symmem4j-worker-".length()));
+            if (r >= armed.length || !armed[r].compareAndSet(true, false)) {
+                return; // acted already (the survivors' new workers, renumbered, redo step 2)
+            }
+            switch (r) {
+                case 0 -> {
+                    await(groupOneUpdates);
+                    deadFailed.countDown();
+                    throw new IllegalStateException("injected fault in rank 0's update");
+                }
+                case 2, 3 -> groupOneUpdates.countDown(); // its update goes on: no collective inside or after it
+                case 4, 5 -> {
+                    await(deadFailed);
+                    stopped.incrementAndGet();
+                    throw new PeerTimeoutException("injected: rank " + r + "'s sum over the shard groups aborted", r,
+                            List.of(0), "hsdp sum over the shard groups", PeerTimeoutException.Reason.PEER_ABORTED,
+                            Duration.ofSeconds(60));
+                }
+                default -> {
+                    // rank 1: goes on, fails in the loss sum and leaves with its shard group
+                }
+            }
+        }
+
+        private static void await(java.util.concurrent.CountDownLatch latch) {
+            try {
+                if (!latch.await(60, java.util.concurrent.TimeUnit.SECONDS)) {
+                    throw new IllegalStateException("the test's stall waited 60 s for a peer's update");
+                }
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new IllegalStateException(e);
+            }
+        }
+    }
+
+    /** Adam (learning rate 0.01) whose updaters call {@link #stall} at iteration {@link #STALL_AT}; the same bits. */
+    public static final class StallingAdam extends org.nd4j.linalg.learning.config.Adam {
+        public StallingAdam() {
+            super(0.01);
+        }
+
+        @Override
+        public StallingAdam clone() {
+            return new StallingAdam();
+        }
+
+        @Override
+        public org.nd4j.linalg.learning.GradientUpdater instantiate(INDArray viewArray, boolean initialize) {
+            return new Stalling(super.instantiate(viewArray, initialize));
+        }
+
+        @Override
+        public org.nd4j.linalg.learning.GradientUpdater instantiate(java.util.Map<String, INDArray> state,
+                                                                     boolean initialize) {
+            return new Stalling(super.instantiate(state, initialize));
+        }
+
+        private record Stalling(org.nd4j.linalg.learning.GradientUpdater<?> inner)
+                implements org.nd4j.linalg.learning.GradientUpdater<org.nd4j.linalg.learning.config.IUpdater> {
+            @Override
+            public org.nd4j.linalg.learning.config.IUpdater getConfig() {
+                return inner.getConfig();
+            }
+
+            @Override
+            public void setState(java.util.Map<String, INDArray> state, boolean initialize) {
+                inner.setState(state, initialize);
+            }
+
+            @Override
+            public java.util.Map<String, INDArray> getState() {
+                return inner.getState();
+            }
+
+            @Override
+            public void setStateViewArray(INDArray viewArray, long[] gradientShape, char order, boolean initialize) {
+                inner.setStateViewArray(viewArray, gradientShape, order, initialize);
+            }
+
+            @Override
+            public void applyUpdater(INDArray gradient, int iteration, int epoch) {
+                Stall s = stall;
+                if (s != null && iteration == STALL_AT) {
+                    s.act();
+                }
+                inner.applyUpdater(gradient, iteration, epoch);
+            }
+        }
+    }
+
+    /**
+     * Group mode, the survivors split between the failed step's start and end (issue 32: go on from the last step
+     * every survivor completed): rank 0 dies in step 2 after every sum of the step, the ranks of shard group 1 (2, 3)
+     * have run their update (iteration 3) while those of shard group 2 (4, 5) were stopped before theirs (iteration 2)
+     * ({@link Stall}). The survivors agree on iteration 2 and step 2 ({@link SurvivorSteps}); ranks 2 and 3 go back to
+     * their own copy of step 2's start ({@link StepStart}) and all four redo step 2, ending bitwise as HSDP 3 x 2 for
+     * steps 0-1, then 2 x 2 from batch 12. Before, the fit failed: "the survivors of hybrid sharding hold different
+     * steps".
+     */
+    @Test
+    void inGroupModeASurvivorWhoseUpdateRanGoesBackToTheStepStartAndAllEndBitwiseAsHsdpOnThem() {
+        List<DataSet> data = Nets.batches(97, 30, 6, DataType.DOUBLE);
+        AtomicReferenceArray<MultiLayerNetwork> ends = new AtomicReferenceArray<>(6);
+        AtomicReferenceArray<String> left = new AtomicReferenceArray<>(6);
+        AtomicReferenceArray<String> failures = new AtomicReferenceArray<>(6);
+        Stall faults = new Stall();
+        stall = faults;
+        try (InJvmWorld world = InJvmWorld.createShrinking(6, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)))) {
+            SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(world, group -> {
+                MultiLayerNetwork mine = Nets.mlp(new StallingAdam(), DataType.DOUBLE);
+                try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(mine).group(group)
+                        .ompThreadsPerWorker(1).sharding(ZeroStage.PARAMETERS).shardGroupSize(S)
+                        .onWorkerFailure(WorkerFailure.SHRINK).build()) {
+                    try {
+                        wrapper.fit(new BatchListIterator(data));
+                    } catch (ReplicaLostException lost) {
+                        left.set(group.rank(), lost.getMessage());
+                        return null;
+                    } catch (RuntimeException failed) {
+                        failures.set(group.rank(), failed.toString());
+                        throw failed;
+                    }
+                    assertEquals(4, wrapper.workers());
+                    ShrinkReport s = wrapper.shrinks().getFirst();
+                    assertEquals(List.of(2L, 2L), List.of(s.step(), s.resumedAt()), "rank " + group.rank());
+                    assertTrue(s.redone(), "rank " + group.rank());
+                    assertEquals(List.of(0), s.dead());
+                    assertEquals(List.of(6, 4), List.of(s.workersBefore(), s.workersAfter()));
+                }
+                ends.set(group.rank(), mine);
+                return null;
+            }));
+            assertTrue(e.getMessage().startsWith("rank 0 failed")
+                    && String.valueOf(e.getCause()).contains("injected fault in rank 0's update"), e.toString());
+        } finally {
+            stall = null;
+        }
+        assertEquals(0, faults.groupOneUpdates().getCount(), "ranks 2 and 3 ran their update of step 2");
+        assertEquals(2, faults.stopped().get(), "ranks 4 and 5 were stopped before theirs");
+        assertTrue(left.get(1) != null && left.get(1).contains("leaves at step"), String.valueOf(left));
+        MultiLayerNetwork ref = reference(Nets.mlp(new StallingAdam(), DataType.DOUBLE), data, new int[] {6, 4},
+                new int[] {0, 12});
+        for (int r = 2; r < 6; r++) {
+            assertNull(failures.get(r), "survivor " + r + "'s fit failed");
+            assertSameState(ref, ends.get(r), "group mode, rank " + r + " after rank 0 died past group 1's updates");
         }
     }
 

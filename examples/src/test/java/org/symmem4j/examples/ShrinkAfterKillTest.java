@@ -238,10 +238,10 @@ class ShrinkAfterKillTest {
         int survivors = 0;
         long latestResume = 0;
         for (Matcher m = shrunk.matcher(r.out()); m.find(); survivors++) {
-            int step = Integer.parseInt(m.group(2));
-            // the failed step redone, or (a rank the abort reached at step 2's loss sum, after its update) step 2 done
-            assertTrue(step == HSDP_KILL_AFTER + 1 && m.group(4).equals("true")
-                    || step == HSDP_KILL_AFTER && m.group(4).equals("false"), m.group() + "\n" + log);
+            // every survivor reports the step they agreed on, also one the abort reached at step 2's loss sum (after
+            // its update): the failed step, redone
+            assertEquals(HSDP_KILL_AFTER + 1, Integer.parseInt(m.group(2)), m.group() + "\n" + log);
+            assertEquals("true", m.group(4), m.group() + "\n" + log);
             assertEquals(killed, Integer.parseInt(m.group(3)), log);
             latestResume = Math.max(latestResume, Long.parseLong(m.group(5)));
         }
@@ -265,6 +265,78 @@ class ShrinkAfterKillTest {
         assertSameState(reference, ModelSerializer.restoreMultiLayerNetwork(model.toFile(), true),
                 "hsdp 3 x 2 -> 2 x 2 after rank " + killed + "'s kill");
         assertNoSharedMemoryLeft(r.out(), log, 6, List.of(Math.min(killed, partner), Math.max(killed, partner)));
+    }
+
+    /** HSDP's second kill: after step 6, the fourth of the 2 x 2 survivors' steps (batches 18-33). */
+    static final int HSDP_SECOND_KILL_AFTER = 6;
+
+    /**
+     * Two shrinks in a row across processes with hybrid sharding ({@code hsdp=2}, six JVMs): rank 5 (the last shard
+     * group's last rank) dies after step {@value #HSDP_KILL_AFTER}, its group leaves and 3 x 2 becomes 2 x 2 (launch ranks
+     * 0-3), which redo step 3; then rank 0 — the store host of the first group and of the survivors' — dies after step
+     * {@value #HSDP_SECOND_KILL_AFTER}, its group leaves and 2 x 2 becomes 1 x 2 (launch ranks 2 and 3), which redo step
+     * 7. The final model equals, bitwise, HSDP as threads: 3 x 2 for steps 0-2 (batches 0-17), 2 x 2 for steps 3-6
+     * (18-33), then one shard group of two (stage 3 itself) from batch 34 on. No survivor maps a shared-memory file of
+     * the four ranks that are gone, and no file of the job is left.
+     */
+    @org.junit.jupiter.api.Test
+    @Timeout(value = 10, unit = TimeUnit.MINUTES)
+    void withHybridShardingTwoDeathsInARowShrinkTwiceAndTheLastGroupEndsBitwiseAsHsdpOnIt(@TempDir Path dir)
+            throws IOException {
+        Path model = dir.resolve("shrunk.zip");
+        Launcher.Result r = launch(6, freePort(), "-Xmx384m", ShrinkingTraining.class, model.toString(), "5",
+                Integer.toString(HSDP_KILL_AFTER), "hsdp=2", "0", Integer.toString(HSDP_SECOND_KILL_AFTER));
+        String log = r.err() + "\n" + r.out();
+        assertEquals(0, r.status(), log);
+        assertTrue(r.err().contains("4 of 6 ranks exited 0"), log); // the two survivors and the two that left
+        assertTrue(r.out().contains("LEFT launch rank 4 at ") && r.out().contains("LEFT launch rank 1 at "), log);
+        Matcher kill = KILL.matcher(r.out());
+        List<Long> kills = new ArrayList<>();
+        while (kill.find()) {
+            kills.add(Long.parseLong(kill.group(3)));
+        }
+        assertEquals(2, kills.size(), log);
+        Pattern shrunk = Pattern.compile("\\[rank (\\d)\\] SHRUNK step (\\d+) dead \\[(\\d)\\] from (\\d) to (\\d) redone"
+                + " (true|false) resumed at (\\d+) ms");
+        List<String> seen = new ArrayList<>();
+        long[] latestResume = new long[2];
+        for (Matcher m = shrunk.matcher(r.out()); m.find(); ) {
+            int second = m.group(4).equals("6") ? 0 : 1;
+            seen.add("rank " + m.group(1) + ": step " + m.group(2) + " dead " + m.group(3) + " " + m.group(4) + "->"
+                    + m.group(5) + " redone " + m.group(6));
+            latestResume[second] = Math.max(latestResume[second], Long.parseLong(m.group(7)));
+        }
+        // the dead rank as the group of that shrink numbered it: launch rank 5 in the first, 0 (new rank 0) in the
+        // second; only launch ranks 2 and 3 went through both
+        assertEquals(List.of("rank 2: step 3 dead 5 6->4 redone true", "rank 2: step 7 dead 0 4->2 redone true",
+                "rank 3: step 3 dead 5 6->4 redone true", "rank 3: step 7 dead 0 4->2 redone true"),
+                seen.stream().sorted().toList(), log);
+        System.out.printf(Locale.ROOT, "ShrinkAfterKillTest: hsdp 3 x 2 -> 2 x 2 -> 1 x 2, ranks 5 and 0 killed after"
+                + " steps %d and %d; the survivors' redone step handed out %.2f s and %.2f s after each kill%n",
+                HSDP_KILL_AFTER, HSDP_SECOND_KILL_AFTER, (latestResume[0] - kills.get(0)) / 1000.0,
+                (latestResume[1] - kills.get(1)) / 1000.0);
+
+        List<DataSet> data = ShrinkingTraining.batches();
+        MultiLayerNetwork reference = ShrinkingTraining.network();
+        int first = 6 * (HSDP_KILL_AFTER + 1);
+        int second = first + 4 * (HSDP_SECOND_KILL_AFTER - HSDP_KILL_AFTER);
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(reference).workers(6).ompThreadsPerWorker(1)
+                .sharding(ZeroStage.PARAMETERS).shardGroupSize(2).build()) {
+            w.fit(new ListIterator(data.subList(0, first)));
+        }
+        reference.setEpochCount(0); // one fit in the shrinking run
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(reference).workers(4).ompThreadsPerWorker(1)
+                .sharding(ZeroStage.PARAMETERS).shardGroupSize(2).build()) {
+            w.fit(new ListIterator(data.subList(first, second)));
+        }
+        reference.setEpochCount(0);
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(reference).workers(2).ompThreadsPerWorker(1)
+                .sharding(ZeroStage.PARAMETERS).build()) { // one shard group: HSDP of one replica is stage 3 itself
+            w.fit(new ListIterator(data.subList(second, data.size())));
+        }
+        assertSameState(reference, ModelSerializer.restoreMultiLayerNetwork(model.toFile(), true),
+                "hsdp 3 x 2 -> 2 x 2 -> 1 x 2 after the kills of ranks 5 and 0");
+        assertNoSharedMemoryLeft(r.out(), log, 6, List.of(0, 1, 4, 5));
     }
 
     private static void assertSameState(MultiLayerNetwork expected, MultiLayerNetwork actual, String what) {

@@ -29,11 +29,12 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * trains with ZeRO {@code sharding(STAGE)} and a periodic checkpoint every {@code every} steps into
  * {@code checkpointDir} (all kept), to which the survivors of a death go back. With {@code hsdp=S} it trains with
  * hybrid sharding (stage 3 in shard groups of S ranks, replicated across them): the dead rank's shard group leaves
- * (its live ranks print {@code LEFT} and end with status 0) and the other groups go on from their own copy.
+ * (its live ranks print {@code LEFT} and end with status 0) and the other groups go on from their own copy; with two
+ * more arguments, rank {@code secondRank} kills itself after step {@code secondAfterStep} too (a second shrink).
  *
  * <pre>ShrinkingTraining modelFile killRank killAfterStep(-1: none) [secondRank secondDelayMillis]
  * ShrinkingTraining modelFile killRank killAfterStep zero=STAGE checkpointDir every
- * ShrinkingTraining modelFile killRank killAfterStep hsdp=S</pre>
+ * ShrinkingTraining modelFile killRank killAfterStep hsdp=S [secondRank secondAfterStep]</pre>
  */
 public final class ShrinkingTraining {
 
@@ -56,8 +57,13 @@ public final class ShrinkingTraining {
         long killAfter = Long.parseLong(args[2]);
         boolean zero = args.length > 3 && args[3].startsWith("zero=");
         int hsdp = args.length > 3 && args[3].startsWith("hsdp=") ? Integer.parseInt(args[3].substring(5)) : 0;
-        int secondRank = args.length > 4 && !zero ? Integer.parseInt(args[3]) : -1;
-        long secondDelay = args.length > 4 && !zero ? Long.parseLong(args[4]) : 0;
+        int extra = hsdp > 0 ? 4 : 3; // where a second kill's two arguments start
+        int secondRank = args.length > extra + 1 && !zero ? Integer.parseInt(args[extra]) : -1;
+        // without hybrid sharding, the second kill's delay after the first's step (a death during the rebuild); with
+        // it, the step after which the second rank kills itself (a second shrink)
+        long second = args.length > extra + 1 && !zero ? Long.parseLong(args[extra + 1]) : 0;
+        long secondAfter = hsdp > 0 ? second : killAfter;
+        long secondDelay = hsdp > 0 ? 0 : second;
         System.out.println("PID " + ProcessHandle.current().pid());
         ProcessGroup group = ProcessGroup.fromEnvironment();
         int launchRank = group.rank();
@@ -71,14 +77,19 @@ public final class ShrinkingTraining {
                         System.out.flush();
                         RestartingTraining.killMyself();
                     }
-                    if (launchRank == secondRank && report.step() == killAfter) {
+                    if (launchRank == secondRank && report.step() == secondAfter) {
                         try {
                             Thread.sleep(secondDelay);
                         } catch (InterruptedException e) {
                             Thread.currentThread().interrupt();
                         }
-                        System.out.printf(Locale.ROOT, "KILL rank %d %d ms after step %d at %d ms%n", launchRank,
-                                secondDelay, report.step(), System.currentTimeMillis());
+                        if (hsdp > 0) { // a second shrink's kill, as the first's
+                            System.out.printf(Locale.ROOT, "KILL rank %d after step %d at %d ms%n", launchRank,
+                                    report.step(), System.currentTimeMillis());
+                        } else {
+                            System.out.printf(Locale.ROOT, "KILL rank %d %d ms after step %d at %d ms%n", launchRank,
+                                    secondDelay, report.step(), System.currentTimeMillis());
+                        }
                         System.out.flush();
                         RestartingTraining.killMyself();
                     }
@@ -116,7 +127,8 @@ public final class ShrinkingTraining {
                         launchRank, wrapper.workers(), net.getIterationCount());
                 System.out.println("MAPPED after fit " + mappedSharedMemoryOwners());
             }
-            if (!left && (wrapper.shrinks().isEmpty() || launchRank == firstSurvivor(killRank, Math.max(1, hsdp)))) {
+            if (!left && (wrapper.shrinks().isEmpty()
+                    || launchRank == firstSurvivor(Math.max(1, hsdp), killRank, hsdp > 0 ? secondRank : -1))) {
                 ModelSerializer.writeModel(net, model, true);
             }
         }
@@ -141,10 +153,15 @@ public final class ShrinkingTraining {
     }
 
     /**
-     * The lowest launch rank not in {@code killed}'s group of {@code groupSize} ranks (1 without hybrid sharding; its
-     * shard group leaves with it): rank 0 of the survivors' group.
+     * The lowest launch rank not in any {@code killed} rank's group of {@code groupSize} ranks (1 without hybrid
+     * sharding; its shard group leaves with it): rank 0 of the survivors' group. A killed rank below 0 kills nobody.
      */
-    private static int firstSurvivor(int killed, int groupSize) {
-        return killed / groupSize == 0 ? groupSize : 0;
+    private static int firstSurvivor(int groupSize, int... killed) {
+        int first = 0;
+        while (first / groupSize == killed[0] / groupSize || killed.length > 1 && killed[1] >= 0
+                && first / groupSize == killed[1] / groupSize) {
+            first += groupSize;
+        }
+        return first;
     }
 }
