@@ -570,7 +570,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             return;
         }
         try {
-            ownBlocksAtFailure = fullySharded.packOwnBlocks();
+            ownBlocksAtFailure = fullySharded.packOwnBlocks(null);
         } catch (RuntimeException | Error e) {
             failure.addSuppressed(e); // the shrink then finds no copy of this worker's blocks and fails the fit
         }

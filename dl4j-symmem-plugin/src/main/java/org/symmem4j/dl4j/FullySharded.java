@@ -736,16 +736,10 @@ final class FullySharded implements AutoCloseable {
     }
 
     /**
-     * A heap copy of this rank's own blocks, packed in unit order: what a hybrid-sharding shrink reads after this
-     * rank's failed step, whose close frees the parameter memory ({@link #unpackOwnBlocksTo}).
-     */
-    MemorySegment packOwnBlocks() {
-        return packOwnBlocks(null);
-    }
-
-    /**
-     * As {@link #packOwnBlocks()}, into {@code into} when it is a packing of this rank's blocks (a hybrid-sharding
-     * rank's copy of them at every step's start under SHRINK: {@link StepStart}), else into a new heap copy.
+     * This rank's own blocks packed in unit order, into {@code into} when it is a packing of them (a hybrid-sharding
+     * rank's copy at every step's start under SHRINK: {@link StepStart}), else ({@code null}) into a new heap copy:
+     * what a hybrid-sharding shrink reads after this rank's failed step, whose close frees the parameter memory
+     * ({@link #unpackOwnBlocksTo}).
      */
     MemorySegment packOwnBlocks(MemorySegment into) {
         long ds = dtype.byteSize();
