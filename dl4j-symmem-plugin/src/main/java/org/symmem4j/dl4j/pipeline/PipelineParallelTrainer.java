@@ -338,7 +338,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             }
             ModelListeners l = ModelListeners.of(model); // refuses what it cannot honour before anything changes
             PipelineGroupListeners.refuse(group, l, tensorParallel);
-            PipelineZero.refuseListeners(replicas.sharding(), l);
+            PipelineZero.refuseListeners(replicas.sharding(), l, group != null);
             if (reset != null && !batches.hasNext()) {
                 reset.run(); // as DL4J's fit: an exhausted iterator is reset first
             }

@@ -531,7 +531,7 @@ public final class PipelineParallelTrainerBuilder
      */
     private void refuseListeners(Group group, ModelListeners l) {
         PipelineGroupListeners.refuse(group, l, tensorParallel);
-        PipelineZero.refuseListeners(sharding, l);
+        PipelineZero.refuseListeners(sharding, l, group != null);
         if (fromConfiguration != null && !l.isEmpty()) {
             throw new IllegalArgumentException(startedFrom() + " with DL4J listeners: they are shown the"
                     + " whole network after each step, which a trainer built from a configuration never holds; expected"

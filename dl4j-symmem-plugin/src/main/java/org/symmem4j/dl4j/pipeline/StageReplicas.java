@@ -239,7 +239,8 @@ final class StageReplicas {
         } else if (group == null) {
             PipelineZero.withWholeState(all, whole, action);
         } else {
-            PipelineZero.withWholeStateInGroup(first, exchange, group.rank() < pipelineRanks * tensorParallel, action);
+            PipelineZero.withWholeStateInGroup(first, exchange, group.rank() < pipelineRanks * tensorParallel,
+                    sharding == ZeroStage.PARAMETERS, action);
         }
     }
 

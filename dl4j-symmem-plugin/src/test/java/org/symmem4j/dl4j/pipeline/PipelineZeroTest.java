@@ -37,7 +37,7 @@ class PipelineZeroTest {
     private static final int[] WIDTHS = {10, 13, 11, 9, 7, 3};
 
     static Stream<Arguments> cases() {
-        return Stream.of(ZeroStage.OPTIMIZER_STATE, ZeroStage.GRADIENTS).flatMap(stage -> Stream.of(
+        return Stream.of(ZeroStage.OPTIMIZER_STATE, ZeroStage.GRADIENTS, ZeroStage.PARAMETERS).flatMap(stage -> Stream.of(
                 Arguments.of(stage, PipelineSchedule.GPIPE, new Adam(0.01), 1e-3),
                 Arguments.of(stage, PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
                 Arguments.of(stage, PipelineSchedule.ONE_F_ONE_B, new Nesterovs(0.05, 0.9), 0.0)));
@@ -90,6 +90,10 @@ class PipelineZeroTest {
                 PipelineNets.assertSameState(plainModel, shardedModel, "step " + s + " the builder's model");
                 assertEquals(plain.lastStep().loss(), sharded.lastStep().loss(), "step " + s + " loss");
                 for (int st = 0; st < sharded.replicaStages(0, 0).size(); st++) {
+                    if (stage == ZeroStage.PARAMETERS) {
+                        assertHoldsItsBlock(plain, sharded, st, dp, "step " + s);
+                        continue;
+                    }
                     assertTrue(PipelineNets.bitwiseEqual(sharded.replicaStages(0, 0).get(st).network().params(),
                             sharded.replicaStages(1, 0).get(st).network().params()), "step " + s + " stage " + st
                             + ": the replicas' parameters after the all-gathered update");
@@ -103,6 +107,7 @@ class PipelineZeroTest {
             }
             // each replica of each stage holds its block: together the whole state, once
             long wholeState = 0;
+            long stage3Held = 0;
             for (int st = 0; st < sharded.replicaStages(0, 0).size(); st++) {
                 long blocks = 0;
                 for (int d = 0; d < dp; d++) {
@@ -115,9 +120,16 @@ class PipelineZeroTest {
                 long full = plain.replicaStages(0, 0).get(st).network().getUpdater().getStateViewArray().length();
                 assertEquals(full, blocks, "stage " + st + ": the replicas' blocks cover the state once");
                 wholeState += full * Double.BYTES;
+                stage3Held += (2 * plain.replicaStages(0, 0).get(st).network().numParams() + full) * Double.BYTES;
             }
             long saved = plain.modelBytesHeld() - sharded.modelBytesHeld();
-            assertEquals((dp - 1) * wholeState, saved, "the updater state held once instead of dp times");
+            if (stage == ZeroStage.PARAMETERS) {
+                // the replicas' blocks of parameters, gradient view and updater state cover each once; the accumulated
+                // gradient is given back between steps
+                assertEquals(stage3Held, sharded.modelBytesHeld(), "stage 3: parameters, gradient and state once");
+            } else {
+                assertEquals((dp - 1) * wholeState, saved, "the updater state held once instead of dp times");
+            }
             System.out.printf("pipeline ZeRO " + stage + " %s %s: model bytes held %d unsharded, %d sharded (updater state %d"
                     + " bytes per replica unsharded, %d sharded)%n", schedule, updater.getClass().getSimpleName(),
                     plain.modelBytesHeld(), sharded.modelBytesHeld(), wholeState, wholeState / dp);
@@ -133,9 +145,17 @@ class PipelineZeroTest {
     @Test
     void refusesWhatItDoesNotBuildAtBuild() {
         MultiLayerNetwork net = PipelineNets.mlp(new Sgd(0.1), 0.0, DataType.DOUBLE, WIDTHS);
-        assertRefused(() -> PipelineParallelTrainer.builder(net).ranks(2).dataParallel(2).microbatches(2)
-                .sharding(ZeroStage.PARAMETERS).build(), "sharding(PARAMETERS)", "fix: sharding(ZeroStage.GRADIENTS)",
-                "SymmemParallelWrapper's sharding(ZeroStage.PARAMETERS)");
+        MultiLayerNetwork constrained = new MultiLayerNetwork(new org.deeplearning4j.nn.conf.NeuralNetConfiguration.Builder()
+                .seed(42).dataType(DataType.DOUBLE).updater(new Sgd(0.1)).list()
+                .layer(new org.deeplearning4j.nn.conf.layers.DenseLayer.Builder().nIn(4).nOut(3)
+                        .constrainWeights(new org.deeplearning4j.nn.conf.constraint.MaxNormConstraint(1.0, 1)).build())
+                .layer(new org.deeplearning4j.nn.conf.layers.OutputLayer.Builder().nIn(3).nOut(2)
+                        .activation(org.nd4j.linalg.activations.Activation.SOFTMAX).build())
+                .build());
+        constrained.init();
+        assertRefused(() -> PipelineParallelTrainer.builder(constrained).ranks(2).dataParallel(2).microbatches(2)
+                .sharding(ZeroStage.PARAMETERS).build(), "sharding(PARAMETERS) with weight constraints",
+                "fix: sharding(ZeroStage.GRADIENTS)");
         MultiLayerNetwork listened = net.clone();
         listened.setListeners(new PipelineGroupListenersTest.Recorder()); // overrides onGradientCalculation
         IllegalStateException e = assertThrows(IllegalStateException.class, () -> PipelineParallelTrainer
@@ -148,6 +168,32 @@ class PipelineZeroTest {
         MultiLayerNetwork bn = PipelineModels.convBatchNorm(new Sgd(0.1), true);
         assertRefused(() -> PipelineParallelTrainer.builder(bn).ranks(2).dataParallel(2).microbatches(2)
                 .sharding(ZeroStage.OPTIMIZER_STATE).build(), "BatchNormalization", "fix:");
+    }
+
+    /**
+     * ZeRO stage 3 between steps: each replica of stage {@code st} holds its block of the parameters bitwise the
+     * unsharded pipeline's, and of its parameters and gradient view only that block is resident (plus the pages its
+     * ends share with the neighbouring blocks).
+     */
+    static void assertHoldsItsBlock(PipelineParallelTrainer plain, PipelineParallelTrainer sharded, int st, int dp,
+                                    String when) {
+        INDArray reference = plain.replicaStages(0, 0).get(st).network().params();
+        long bytes = reference.length() * Double.BYTES;
+        for (int d = 0; d < dp; d++) {
+            Dl4jPipelineStage stage = sharded.replicaStages(d, 0).get(st);
+            long[] block = stage.optimizerShard().block();
+            INDArray mine = stage.network().params().reshape(reference.length());
+            INDArray theirs = reference.reshape(reference.length());
+            for (long i = block[0]; i < block[1]; i++) {
+                assertEquals(Double.doubleToRawLongBits(theirs.getDouble(i)), Double.doubleToRawLongBits(mine.getDouble(i)),
+                        when + " stage " + st + " replica " + d + " parameter " + i);
+            }
+            long resident = stage.optimizerShard().residentParameterAndGradientBytes();
+            long blockBytes = (block[1] - block[0]) * Double.BYTES;
+            long page = 4096;
+            assertTrue(resident <= 2 * (blockBytes + 2 * page), when + " stage " + st + " replica " + d + ": "
+                    + resident + " resident bytes of parameters and gradient, block " + blockBytes + " of " + bytes);
+        }
     }
 
     private static void assertRefused(org.junit.jupiter.api.function.Executable build, String... parts) {
