@@ -52,7 +52,9 @@ class PipelineZeroGroupModeTest {
                 Arguments.of(ZeroStage.OPTIMIZER_STATE, PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
                 Arguments.of(ZeroStage.OPTIMIZER_STATE, PipelineSchedule.GPIPE, new Nesterovs(0.05, 0.9), 0.0),
                 Arguments.of(ZeroStage.GRADIENTS, PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
-                Arguments.of(ZeroStage.GRADIENTS, PipelineSchedule.GPIPE, new Nesterovs(0.05, 0.9), 0.0));
+                Arguments.of(ZeroStage.GRADIENTS, PipelineSchedule.GPIPE, new Nesterovs(0.05, 0.9), 0.0),
+                Arguments.of(ZeroStage.PARAMETERS, PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
+                Arguments.of(ZeroStage.PARAMETERS, PipelineSchedule.GPIPE, new Nesterovs(0.05, 0.9), 0.0));
     }
 
     /** Two fits (the model changed between them), close(), then copyParametersTo a fresh copy of {@code base}. */
@@ -124,7 +126,7 @@ class PipelineZeroGroupModeTest {
      * symmetric memory at the first step, and the result is still bitwise the unsharded pipeline's.
      */
     @ParameterizedTest(name = "{0}")
-    @org.junit.jupiter.params.provider.EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "GRADIENTS"})
+    @org.junit.jupiter.params.provider.EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "GRADIENTS", "PARAMETERS"})
     void ranksOfAProcessGroupOnDevShmShardBitwiseLikeTheUnshardedPipeline(ZeroStage stage) throws Exception {
         MultiLayerNetwork base = PipelineNets.mlp(new Adam(0.01), 1e-3, DataType.DOUBLE, WIDTHS);
         List<DataSet> data = PipelineNets.batches(11, 4, 16, WIDTHS[0], WIDTHS[WIDTHS.length - 1], DataType.DOUBLE);
