@@ -18,7 +18,9 @@ import org.symmem4j.dl4j.train.ModelListeners;
  * ({@link ZeroStage#OPTIMIZER_STATE}), each dp replica of a stage keeping the updater state of its 1/dp block of the
  * stage's parameters ({@link OptimizerStateShard}, installed by each stage at its first step), and stage 2
  * ({@link ZeroStage#GRADIENTS}), the same blocks with the stage's gradient reduce-scattered over the replicas instead
- * of all-reduced, so each replica sums only its block (the same bits: peers added in rank order). This class holds what
+ * of all-reduced, so each replica sums only its block (the same bits: peers added in rank order), and stage 3
+ * ({@link ZeroStage#PARAMETERS}), the same blocks of the parameters too between steps, gathered once per step before
+ * the stage's first forward ({@link OptimizerStateShard#gatherParameters}). This class holds what
  * is refused at build() and the hand-over of the whole state: the model takes (and gives) the stages' whole updater
  * state, so around those copies each stage's shards are gathered into DL4J's updater of the replicas concerned
  * ({@link #withWholeState} in thread mode, from the shards in this process; {@link #withWholeStateInGroup} in group
@@ -31,8 +33,8 @@ final class PipelineZero {
     }
 
     /**
-     * Refuses at build() what pipeline sharding does not build: stage 3, one replica, tensor parallelism and
-     * BatchNorm layers.
+     * Refuses at build() what pipeline sharding does not build: one replica, tensor parallelism, BatchNorm layers,
+     * and with stage 3 weight constraints.
      */
     static void check(ZeroStage stage, int dataParallel, int tensorParallel, MultiLayerNetwork network) {
         if (stage == null) {

@@ -296,6 +296,19 @@ final class StageReplicas {
                     + ", stages s with s % " + pipelineRanks + " == " + mine
                     + "; fix: ask the rank that trains it, or copyParametersTo(network) on every rank for all of them)");
         }
+        if (sharding == ZeroStage.PARAMETERS && s.optimizerShard() != null) {
+            // stage 3 between steps: each replica holds its block of the stage's parameters only
+            if (group != null) {
+                throw new IllegalStateException("stageParameters: stage=" + stage + " with sharding(PARAMETERS) in group"
+                        + " mode: this rank holds only its block of the stage's parameters between steps, and"
+                        + " stageParameters reads no other rank's memory; expected a trainer whose stages hold their"
+                        + " whole parameters (fix: copyParametersTo(network) on every rank, which gathers them, or"
+                        + " sharding(ZeroStage.GRADIENTS))");
+            }
+            INDArray[] copy = new INDArray[1];
+            withWholeState(List.of(first), null, () -> copy[0] = s.network().params().dup()); // the replicas' blocks
+            return copy[0];
+        }
         INDArray params = s.network().params();
         return params == null ? Nd4j.create(split.dataType(), 0) : params.dup();
     }

@@ -44,7 +44,8 @@ class PipelineZeroGroupModeTest {
     static final int[] WIDTHS = {10, 13, 11, 9, 7, 3};
 
     /** What a run leaves: the network copied out after close(), every step's loss, and the state each held stage keeps. */
-    record Run(MultiLayerNetwork copied, MultiLayerNetwork model, List<Double> losses, List<long[]> stateHeld) {
+    record Run(MultiLayerNetwork copied, MultiLayerNetwork model, List<Double> losses, List<long[]> stateHeld,
+               long bytesHeld) {
     }
 
     static Stream<Arguments> cases() {
@@ -62,12 +63,14 @@ class PipelineZeroGroupModeTest {
                    List<DataSet> data) {
         List<Double> losses = new ArrayList<>();
         List<long[]> held = new ArrayList<>();
+        long bytesHeld;
         PipelineParallelTrainer trainer = builder.ompThreadsPerRank(1).stepListener(r -> losses.add(r.loss())).build();
         try {
             trainer.fit(new BatchListIterator(data.subList(0, 2)));
             // the model changed between fits: every rank's stages take it (sharded: each replica its block)
             model.params().muli(0.75);
             trainer.fit(new BatchListIterator(data.subList(2, data.size())));
+            bytesHeld = trainer.modelBytesHeld();
             List<Dl4jPipelineStage> stages = trainer.replicaStages(0);
             for (Dl4jPipelineStage s : stages) {
                 if (s.held() && s.network().getUpdater().getStateViewArray() != null) {
@@ -79,7 +82,7 @@ class PipelineZeroGroupModeTest {
         }
         MultiLayerNetwork copied = base.clone();
         trainer.copyParametersTo(copied); // after close(): group mode gathers over a one-off exchange
-        return new Run(copied, model, losses, held);
+        return new Run(copied, model, losses, held, bytesHeld);
     }
 
     @ParameterizedTest(name = "{0} {1} {2} l2={3}")
@@ -103,8 +106,10 @@ class PipelineZeroGroupModeTest {
                     .schedule(schedule).sharding(zero), mine, data);
         });
         long[] blocks = new long[plain.stateHeld().size() + 1];
+        long ranksHold = 0;
         for (int r = 0; r < ranks.size(); r++) {
             Run o = ranks.get(r);
+            ranksHold += o.bytesHeld();
             PipelineNets.assertSameState(plain.copied(), o.copied(), "rank " + r + " copyParametersTo after close()");
             PipelineNets.assertSameState(plain.model(), o.model(), "rank " + r + " the builder's model");
             assertEquals(plain.losses(), o.losses(), "rank " + r + ": every step's loss, bitwise (as doubles)");
@@ -112,6 +117,9 @@ class PipelineZeroGroupModeTest {
                 blocks[(int) stage[0]] += stage[1];
             }
         }
+        // each rank's share (with stage 3 its blocks of parameters, gradient view and state): together thread mode's
+        assertEquals(threads.bytesHeld(), ranksHold, "the ranks' model bytes held add up to thread mode's");
+        assertTrue(threads.bytesHeld() < plain.bytesHeld(), "sharded ranks hold less than unsharded ones");
         // thread mode's unsharded replica 0 holds every stage whole: the ranks' blocks of a stage cover it once
         for (long[] stage : plain.stateHeld()) {
             assertEquals(stage[1], blocks[(int) stage[0]], "stage " + stage[0] + ": the replicas' blocks cover its"
