@@ -240,6 +240,38 @@ class PipelineZeroTest {
         }
     }
 
+    /**
+     * Stage 3 in group mode refuses what would read a rank's stages between steps, where it holds only its blocks: the
+     * model's DL4J listeners (at build, on every rank though only rank 0's model has one) and stageParameters.
+     */
+    @Test
+    void stageThreeInGroupModeRefusesListenersAndStageParameters() {
+        MultiLayerNetwork net = PipelineNets.mlp(new Adam(0.01), 0.0, DataType.DOUBLE, WIDTHS);
+        List<DataSet> data = PipelineNets.batches(5, 1, BATCH, WIDTHS[0], WIDTHS[WIDTHS.length - 1], DataType.DOUBLE);
+        List<String> messages = org.symmem4j.parallel.group.InJvmWorld.runOnEveryRank(4,
+                org.symmem4j.parallel.GroupOptions.defaults().withTimeout(java.time.Duration.ofSeconds(60)), group -> {
+                    MultiLayerNetwork listened = net.clone();
+                    if (group.rank() == 0) {
+                        listened.setListeners(new Iterations());
+                    }
+                    RuntimeException e = assertThrows(RuntimeException.class, () -> PipelineParallelTrainer
+                            .builder(listened).group(group).dataParallel(2).microbatches(2)
+                            .sharding(ZeroStage.PARAMETERS).build());
+                    MultiLayerNetwork mine = net.clone();
+                    try (PipelineParallelTrainer t = PipelineParallelTrainer.builder(mine).group(group).dataParallel(2)
+                            .microbatches(2).sharding(ZeroStage.PARAMETERS).build()) {
+                        t.fit(data.getFirst());
+                        int own = group.rank() % 2; // pipeline rank p of replica d is world rank d * pp + p
+                        IllegalStateException s = assertThrows(IllegalStateException.class, () -> t.stageParameters(own));
+                        return e.getMessage() + "\n" + s.getMessage();
+                    }
+                });
+        for (String m : messages) {
+            assertTrue(m.contains("DL4J listeners with sharding(PARAMETERS) in group mode") && m.contains("fix: "), m);
+            assertTrue(m.contains("stageParameters: stage=") && m.contains("fix: copyParametersTo(network)"), m);
+        }
+    }
+
     private static void assertRefused(org.junit.jupiter.api.function.Executable build, String... parts) {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, build);
         for (String p : parts) {
