@@ -129,6 +129,36 @@ class PipelineZeroGroupModeTest {
     }
 
     /**
+     * Stage 3 on ranks started from the configuration (no rank ever holds the whole network; each initialises its
+     * stages as DL4J's init() would, then keeps its blocks): the network copied out after training is bitwise the
+     * unsharded pipeline's on threads from the initialised network.
+     */
+    @org.junit.jupiter.api.Test
+    void stageThreeFromAConfigurationBitwiseTheUnshardedPipeline() {
+        MultiLayerNetwork base = PipelineNets.mlp(new Adam(0.01), 1e-3, DataType.DOUBLE, WIDTHS);
+        List<DataSet> data = PipelineNets.batches(13, 4, 16, WIDTHS[0], WIDTHS[WIDTHS.length - 1], DataType.DOUBLE);
+        MultiLayerNetwork plainModel = base.clone();
+        try (PipelineParallelTrainer plain = PipelineParallelTrainer.builder(plainModel).ranks(PP).dataParallel(DP)
+                .microbatches(2).ompThreadsPerRank(1).build()) {
+            plain.fit(new BatchListIterator(data));
+        }
+        List<MultiLayerNetwork> ranks = PipelineGroupModeTest.onEveryRank(DP * PP, group -> {
+            try (PipelineParallelTrainer t = PipelineParallelTrainer.builder(base.getLayerWiseConfigurations().clone())
+                    .group(group).dataParallel(DP).microbatches(2).ompThreadsPerRank(1)
+                    .sharding(ZeroStage.PARAMETERS).build()) {
+                t.fit(new BatchListIterator(data));
+                MultiLayerNetwork whole = base.clone();
+                t.copyParametersTo(whole);
+                return whole;
+            }
+        });
+        for (int r = 0; r < ranks.size(); r++) {
+            PipelineNets.assertSameState(plainModel, ranks.get(r), "rank " + r + " from the configuration");
+        }
+        assertTrue(!PipelineNets.bitwiseEqual(base.params(), plainModel.params()), "training changed the parameters");
+    }
+
+    /**
      * The ranks as members of a {@link ProcessGroup} on the {@code /dev/shm} transport (threads of this JVM here, as
      * one JVM per rank joins it under the launcher), which cannot register a stage's gradient view: the view moves into
      * symmetric memory at the first step, and the result is still bitwise the unsharded pipeline's.
