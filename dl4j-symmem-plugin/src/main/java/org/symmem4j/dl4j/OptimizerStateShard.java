@@ -8,10 +8,13 @@ import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.Invariants;
+import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.TransportCapabilities;
 import org.symmem4j.parallel.memory.ReservedMemory;
@@ -166,7 +169,7 @@ public final class OptimizerStateShard implements AutoCloseable {
             sharded.reduceGradients(); // this block summed over the replicas, in rank order
         } else if (stage == ZeroStage.PARAMETERS) {
             // as stage 2's (ShardedUpdater.reduceGradients does nothing for FullySharded's per-layer stage 3)
-            comm.reduceScatter(gradients, 0, sharded.layout().paramCount(), dtype(), org.symmem4j.parallel.ReduceOp.SUM);
+            comm.reduceScatter(gradients, 0, sharded.layout().paramCount(), dtype(), ReduceOp.SUM);
         }
         if (miniBatch) {
             sharded.divideShard(examples);
@@ -180,8 +183,8 @@ public final class OptimizerStateShard implements AutoCloseable {
             INDArray params = replica.params().reshape(replica.params().length());
             INDArray update = replica.gradientView().reshape(replica.gradientView().length());
             if (block[0] < block[1]) {
-                params.get(org.nd4j.linalg.indexing.NDArrayIndex.interval(block[0], block[1])).subi(
-                        update.get(org.nd4j.linalg.indexing.NDArrayIndex.interval(block[0], block[1])));
+                params.get(NDArrayIndex.interval(block[0], block[1])).subi(
+                        update.get(NDArrayIndex.interval(block[0], block[1])));
             }
             releaseOthers();
         }
@@ -259,7 +262,7 @@ public final class OptimizerStateShard implements AutoCloseable {
         return 2 * paramElements * width + stateBytes();
     }
 
-    private org.symmem4j.parallel.DType dtype() {
+    private DType dtype() {
         return ModelReplica.dtypeOf(replica.params().dataType());
     }
 
@@ -290,13 +293,17 @@ public final class OptimizerStateShard implements AutoCloseable {
     public static void materialize(List<OptimizerStateShard> toMaterialize, List<OptimizerStateShard> replicas) {
         for (OptimizerStateShard s : toMaterialize) {
             if (s.released) {
-                // stage 3: every replica's block of the parameters, as its owner holds it
+                // stage 3: every replica's block of the parameters, and of the last update in the gradient view (what
+                // a listener reads as the model's gradient after a step), as its owner holds it
                 long width = s.replica.params().dataType().width();
                 MemorySegment to = ModelReplica.segmentOf(s.replica.params());
+                MemorySegment updateTo = ModelReplica.segmentOf(s.replica.gradientView());
                 for (OptimizerStateShard r : replicas) {
                     long[] b = r.sharded.ranges();
                     MemorySegment.copy(ModelReplica.segmentOf(r.replica.params()), b[0] * width, to, b[0] * width,
                             (b[1] - b[0]) * width);
+                    MemorySegment.copy(ModelReplica.segmentOf(r.replica.gradientView()), b[0] * width, updateTo,
+                            b[0] * width, (b[1] - b[0]) * width);
                 }
                 s.released = false;
             }

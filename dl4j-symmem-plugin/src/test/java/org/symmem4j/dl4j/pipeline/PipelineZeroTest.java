@@ -50,11 +50,13 @@ class PipelineZeroTest {
     static final class Iterations extends BaseTrainingListener {
         final List<Double> scores = new ArrayList<>();
         final List<INDArray> params = new ArrayList<>();
+        final List<INDArray> updates = new ArrayList<>();
 
         @Override
         public void iterationDone(Model model, int iteration, int epoch) {
             scores.add(model.score());
             params.add(model.params().dup());
+            updates.add(model.gradient().gradient().dup());
         }
     }
 
@@ -107,6 +109,8 @@ class PipelineZeroTest {
             for (int i = 0; i < STEPS; i++) {
                 assertTrue(PipelineNets.bitwiseEqual(plainSeen.params.get(i), shardedSeen.params.get(i)),
                         "step " + i + ": the parameters the listener saw");
+                assertTrue(PipelineNets.bitwiseEqual(plainSeen.updates.get(i), shardedSeen.updates.get(i)),
+                        "step " + i + ": the update the listener saw as the model's gradient");
             }
             // each replica of each stage holds its block: together the whole state, once
             long wholeState = 0;
