@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ZeRO stage 1 (or 2, --stage GRADIENTS) on the pipeline's dp axis: step time and model bytes held of a dp x pp
+# ZeRO stage 1 (or 2, --stage GRADIENTS, or 3, --stage PARAMETERS) on the pipeline's dp axis: step time and model bytes held of a dp x pp
 # pipeline (threads, 1F1B) with and without sharding(ZeroStage.OPTIMIZER_STATE), measured in the same run (see PipelineZeroBench for the method and
 # flags); written as markdown to bench/results/<date>-pipeline-zero.md.
 #

@@ -37,8 +37,8 @@
 # times, against the same bound, < 5 minutes; $OUT/zb-h1.md and .csv), sync-bn (issue #35: synchronized BatchNorm's cost per BatchNorm layer, the MLP and
 # the CNN with and without it in the same run, at 4, 8 and 16 worker threads, < 4 minutes; $OUT/sync-bn-w4.md,
 # -w8.md, -w16.md) and pipeline-zero (issue #35: ZeRO stage 1 on the pipeline's dp axis against the unsharded
-# pipeline, step time and model bytes, dp x pp = 2 x 4 and 4 x 4 rank threads, a core per rank, < 4 minutes;
-# $OUT/pipeline-zero-2x4.md, -4x4.md) and speculative (issue #34: speculative decoding against the target alone,
+# pipeline, step time and model bytes, dp x pp = 2 x 4 and 4 x 4 rank threads, a core per rank, and stage 3 at 2 x 4,
+# < 6 minutes; $OUT/pipeline-zero-2x4.md, -4x4.md, pipeline-zero3-2x4.md) and speculative (issue #34: speculative decoding against the target alone,
 # < 5 minutes; $OUT/speculative.txt): e.g. `run.sh bench zero`.
 # Results: $OUT/scaling.csv (every run, labelled), $OUT/main.md, $OUT/log.txt, $OUT/machine.txt,
 # $OUT/symmem16.jfr, $OUT/allreduce.txt. Render a label's report here with
@@ -227,12 +227,16 @@ sync_bn() {
 
 # ZeRO stage 1 on the pipeline's dp axis (issue #35, PipelineZeroBench): step time and model bytes held of a dp x pp
 # pipeline of rank threads (1F1B, one ND4J thread per rank) with and without sharding(OPTIMIZER_STATE), runs
-# alternating: 2 x 4 (the default MLP, 6 x 512) and 4 x 4 (6 x 1024); $OUT/pipeline-zero-2x4.md, -4x4.md.
+# alternating: 2 x 4 (the default MLP, 6 x 512) and 4 x 4 (6 x 1024); $OUT/pipeline-zero-2x4.md, -4x4.md; and stage 3
+# (sharding(PARAMETERS)) at 2 x 4, $OUT/pipeline-zero3-2x4.md.
 pipeline_zero() {
   OMP_NUM_THREADS=1 timeout 100 "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineZeroBench --dp 2 --pp 4 \
     --steps 24 --warmup 6 --reps 3 > "$out/pipeline-zero-2x4.md" 2>> "$log"
   OMP_NUM_THREADS=1 timeout 130 "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineZeroBench --dp 4 --pp 4 \
     --hidden 1024 --steps 24 --warmup 6 --reps 3 > "$out/pipeline-zero-4x4.md" 2>> "$log"
+  # stage 3 (parameters gathered once per step per stage): $OUT/pipeline-zero3-2x4.md
+  OMP_NUM_THREADS=1 timeout 100 "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineZeroBench --dp 2 --pp 4 \
+    --steps 24 --warmup 6 --reps 3 --stage PARAMETERS > "$out/pipeline-zero3-2x4.md" 2>> "$log"
 }
 
 # Speculative decoding (issue #34: >= 1.5x the target alone at acceptance >= 0.7, identical outputs): the example's

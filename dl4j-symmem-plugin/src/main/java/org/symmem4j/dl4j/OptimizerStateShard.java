@@ -8,12 +8,16 @@ import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.Invariants;
+import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.TransportCapabilities;
+import org.symmem4j.parallel.memory.ReservedMemory;
 
 /**
  * ZeRO stage 1 ({@link ZeroStage#OPTIMIZER_STATE}) or 2 ({@link ZeroStage#GRADIENTS}: the gradient reduce-scattered
@@ -28,6 +32,16 @@ import org.symmem4j.parallel.TransportCapabilities;
  * updater back, its state written from every shard, for a hand-over of the whole state (the model after fit);
  * {@link #shardAgain} takes it back into the shard. In group mode the caller gathers the whole state over the group
  * ({@link #sumOfBlocks} of every rank's {@link #exportBlock}) and gives it to {@link #materialize(INDArray)}.
+ *
+ * <p>Stage 3 ({@link ZeroStage#PARAMETERS}) for a network each replica runs whole during a step (a pipeline stage):
+ * the same block, but the parameters too are this block's only between steps. {@link #step} reduce-scatters the
+ * gradient, updates the block and subtracts the update from the block's parameters only (no all-gather of the
+ * update), then gives the pages of the parameters and gradient view outside the block back to the operating system
+ * ({@link ReservedMemory#giveBack}, {@link SymmetricMemory#decommit} for a view moved into shared memory): they read
+ * zero until {@link #gatherParameters} (collective, before the next step's first forward) all-gathers the blocks into
+ * the whole parameters again. Every element's update is the one stage 2 computes and all-gathers, subtracted from
+ * the same parameter by its owner instead of by every replica: the same bits. {@link #materialize} also writes the
+ * whole parameters from the blocks for a hand-over; {@link #shardAgain} releases the others' pages again.
  *
  * <p>Not thread-safe: {@link #step} runs on the replica's thread; {@link #materialize} and {@link #shardAgain} while
  * every replica is idle.
@@ -45,10 +59,18 @@ public final class OptimizerStateShard implements AutoCloseable {
     private boolean closed;
     /** Whether the network holds DL4J's full updater (between {@link #materialize} and {@link #shardAgain}). */
     private boolean materialized;
+    /** The replicas' communicator: stage 3's reduce-scatter and parameter all-gather. */
+    private final Communicator comm;
+    /** Whether the gradient view was moved into {@link #gradients} (allocated, shared): released with decommit. */
+    private final boolean moved;
+    /** Stage 3: whether the parameters outside the block were given back (and read zero) since the last gather. */
+    private boolean released;
 
     private OptimizerStateShard(MultiLayerNetwork network, ModelReplica replica, ShardedUpdater sharded,
-                                SymmetricMemory gradients, ZeroStage stage) {
+                                SymmetricMemory gradients, ZeroStage stage, Communicator comm, boolean moved) {
         this.stage = stage;
+        this.comm = comm;
+        this.moved = moved;
         this.network = network;
         this.replica = replica;
         this.sharded = sharded;
@@ -79,19 +101,18 @@ public final class OptimizerStateShard implements AutoCloseable {
      *
      * @param network a replica of the network: the same configuration and updater state on every rank
      * @param comm    the replicas' communicator (not closed here)
-     * @param stage   OPTIMIZER_STATE or GRADIENTS
+     * @param stage   OPTIMIZER_STATE, GRADIENTS, or PARAMETERS (stage 3 of a network each replica runs whole during a
+     *                step: the parameters outside the block given back between steps, see the class comment)
      * @return the installed shard
      */
     public static OptimizerStateShard install(MultiLayerNetwork network, Communicator comm, ZeroStage stage) {
-        if (stage == ZeroStage.PARAMETERS) {
-            throw Invariants.violated("OptimizerStateShard holds stages 1 and 2; stage 3 is FullySharded's");
-        }
         ModelReplica replica = ModelReplica.of(network);
         BaseMultiLayerUpdater<?> dl4j = replica.dl4jUpdater();
         INDArray initialState = dl4j.getStateViewArray();
         INDArray view = replica.gradientView();
         Group group = comm.group();
         SymmetricMemory gradients;
+        boolean moved = false;
         if (group.transport().capabilities(group).supports(TransportCapabilities.Capability.REGISTER)) {
             gradients = SymmetricMemory.register(group, ModelReplica.segmentOf(view));
         } else {
@@ -104,13 +125,22 @@ public final class OptimizerStateShard implements AutoCloseable {
             network.setUpdater(null);
             replica.placeGradientView(gradients.local().asSlice(0, bytes));
             dl4j = replica.dl4jUpdater();
+            moved = true;
         }
         UpdaterLayout layout = UpdaterLayout.of(dl4j, network.numParams());
         // no synchronizer: stage 1's caller has summed the gradient over the replicas already, stage 2 reduce-scatters
         // it in step() (ShardedUpdater.reduceGradients)
-        ShardedUpdater sharded = new ShardedUpdater(stage, layout, replica, comm, gradients, null, initialState);
+        // stage 3 owns the same block (ShardPartition block rank of the whole vector), given as its one own range: the
+        // updater then leaves the subtraction to step()
+        long[] own = null;
+        if (stage == ZeroStage.PARAMETERS) {
+            ShardPartition partition = ShardPartition.of(network.numParams(), group.worldSize(),
+                    ModelReplica.dtypeOf(view.dataType()));
+            own = new long[] {partition.start(group.rank()), partition.end(group.rank())};
+        }
+        ShardedUpdater sharded = new ShardedUpdater(stage, layout, replica, comm, gradients, null, initialState, own);
         replica.installUpdater(sharded);
-        return new OptimizerStateShard(network, replica, sharded, gradients, stage);
+        return new OptimizerStateShard(network, replica, sharded, gradients, stage, comm, moved);
     }
 
     /**
@@ -132,14 +162,108 @@ public final class OptimizerStateShard implements AutoCloseable {
         if (materialized) {
             throw Invariants.violated("a sharded step while the network holds DL4J's full updater (shardAgain first)");
         }
+        if (released) {
+            throw Invariants.violated("a stage-3 step on parameters given back (gatherParameters before the forward)");
+        }
         if (stage == ZeroStage.GRADIENTS) {
             sharded.reduceGradients(); // this block summed over the replicas, in rank order
+        } else if (stage == ZeroStage.PARAMETERS) {
+            // as stage 2's (ShardedUpdater.reduceGradients does nothing for FullySharded's per-layer stage 3)
+            comm.reduceScatter(gradients, 0, sharded.layout().paramCount(), dtype(), ReduceOp.SUM);
         }
         if (miniBatch) {
             sharded.divideShard(examples);
         }
         sharded.agree(); // the norms gradient normalization needs; non-finite values go on as DL4J's updater lets them
         sharded.update(null, iteration, epoch);
+        if (stage == ZeroStage.PARAMETERS) {
+            // the block's parameters minus the block's update, the subtraction stage 2's every replica does for every
+            // element; the others' blocks are theirs to update, so this replica's copy of them is given back
+            long[] block = sharded.ranges();
+            INDArray params = replica.params().reshape(replica.params().length());
+            INDArray update = replica.gradientView().reshape(replica.gradientView().length());
+            if (block[0] < block[1]) {
+                params.get(NDArrayIndex.interval(block[0], block[1])).subi(
+                        update.get(NDArrayIndex.interval(block[0], block[1])));
+            }
+            releaseOthers();
+        }
+    }
+
+    /**
+     * Stage 3, before a step's first forward: all-gathers the replicas' blocks into the whole parameters, in place
+     * (each replica's block copied into its block of the gradient view, which is symmetric memory and free until the
+     * backward writes it, the all-gather there, the whole vector copied into the parameters). Collective over the
+     * replicas; does nothing (on every replica alike) unless the parameters outside the block were given back.
+     */
+    public void gatherParameters() {
+        if (!released) {
+            return;
+        }
+        long count = sharded.layout().paramCount();
+        long width = replica.params().dataType().width();
+        long[] block = sharded.ranges();
+        MemorySegment params = ModelReplica.segmentOf(replica.params());
+        MemorySegment view = gradients.local();
+        MemorySegment.copy(params, block[0] * width, view, block[0] * width, (block[1] - block[0]) * width);
+        comm.allGather(gradients, 0, count, dtype());
+        MemorySegment.copy(view, 0, params, 0, count * width); // every block as its owner wrote it: the same bits
+        released = false;
+    }
+
+    /** Stage 3: gives back the pages of the parameters and gradient view outside this replica's block. */
+    private void releaseOthers() {
+        long count = sharded.layout().paramCount();
+        long width = replica.params().dataType().width();
+        long[] block = sharded.ranges();
+        MemorySegment params = ModelReplica.segmentOf(replica.params());
+        ReservedMemory.giveBack(params, 0, block[0] * width);
+        ReservedMemory.giveBack(params, block[1] * width, (count - block[1]) * width);
+        if (moved) {
+            gradients.decommit(0, block[0] * width);
+            gradients.decommit(block[1] * width, (count - block[1]) * width);
+        } else {
+            MemorySegment view = ModelReplica.segmentOf(replica.gradientView());
+            ReservedMemory.giveBack(view, 0, block[0] * width);
+            ReservedMemory.giveBack(view, block[1] * width, (count - block[1]) * width);
+        }
+        released = true;
+    }
+
+    /**
+     * Stage 3: the resident bytes of this replica's parameters and gradient view ({@code mincore}): its block's, plus at
+     * most the pages its block's ends share with the others', between steps; the whole of both during a step.
+     */
+    public long residentParameterAndGradientBytes() {
+        long bytes = sharded.layout().paramCount() * replica.params().dataType().width();
+        MemorySegment view = moved ? gradients.local() : ModelReplica.segmentOf(replica.gradientView());
+        return ReservedMemory.residentBytes(ModelReplica.segmentOf(replica.params()), 0, bytes)
+                + (moved ? gradients.residentBytes(0, bytes) : ReservedMemory.residentBytes(view, 0, bytes));
+    }
+
+    /** {@return the ZeRO stage this shard runs} */
+    public ZeroStage stage() {
+        return stage;
+    }
+
+    /** {@return this replica's block of the flat parameter vector, {from, to}} */
+    public long[] block() {
+        return sharded.ranges();
+    }
+
+    /**
+     * Stage 3, between steps: the bytes this replica holds of the parameters and gradient view (its block of each) and
+     * of the updater state; other stages hold the whole parameters and gradient view.
+     */
+    public long heldBytes() {
+        long width = replica.params().dataType().width();
+        long[] block = sharded.ranges();
+        long paramElements = stage == ZeroStage.PARAMETERS ? block[1] - block[0] : sharded.layout().paramCount();
+        return 2 * paramElements * width + stateBytes();
+    }
+
+    private DType dtype() {
+        return ModelReplica.dtypeOf(replica.params().dataType());
     }
 
     /**
@@ -168,6 +292,21 @@ public final class OptimizerStateShard implements AutoCloseable {
      */
     public static void materialize(List<OptimizerStateShard> toMaterialize, List<OptimizerStateShard> replicas) {
         for (OptimizerStateShard s : toMaterialize) {
+            if (s.released) {
+                // stage 3: every replica's block of the parameters, and of the last update in the gradient view (what
+                // a listener reads as the model's gradient after a step), as its owner holds it
+                long width = s.replica.params().dataType().width();
+                MemorySegment to = ModelReplica.segmentOf(s.replica.params());
+                MemorySegment updateTo = ModelReplica.segmentOf(s.replica.gradientView());
+                for (OptimizerStateShard r : replicas) {
+                    long[] b = r.sharded.ranges();
+                    MemorySegment.copy(ModelReplica.segmentOf(r.replica.params()), b[0] * width, to, b[0] * width,
+                            (b[1] - b[0]) * width);
+                    MemorySegment.copy(ModelReplica.segmentOf(r.replica.gradientView()), b[0] * width, updateTo,
+                            b[0] * width, (b[1] - b[0]) * width);
+                }
+                s.released = false;
+            }
             if (s.materialized) {
                 continue;
             }
@@ -196,6 +335,35 @@ public final class OptimizerStateShard implements AutoCloseable {
      */
     public void exportBlock(INDArray whole) {
         sharded.exportState(whole);
+    }
+
+    /**
+     * Writes this replica's block of the parameters into {@code whole} (the network's flat layout; the others' elements
+     * left alone), for a group-mode gather ({@link #sumOfBlocks}). Not collective.
+     *
+     * @param whole an array of the network's parameter count, of its type
+     */
+    public void exportParameterBlock(INDArray whole) {
+        long width = whole.dataType().width();
+        long[] b = sharded.ranges();
+        MemorySegment.copy(ModelReplica.segmentOf(replica.params()), b[0] * width, ModelReplica.segmentOf(whole),
+                b[0] * width, (b[1] - b[0]) * width);
+    }
+
+    /**
+     * Stage 3, group mode: the network's whole parameters from {@code whole}, which the caller gathered from every
+     * replica's {@link #exportParameterBlock} ({@link #sumOfBlocks}), until {@link #shardAgain}. Not collective.
+     *
+     * @param whole the whole parameters, the network's parameter count
+     */
+    public void materializeParameters(INDArray whole) {
+        if (whole.length() != replica.params().length() || whole.dataType() != replica.params().dataType()) {
+            throw Invariants.violated("whole parameters: expected " + replica.params().length() + " x "
+                    + replica.params().dataType() + ", found " + whole.length() + " x " + whole.dataType());
+        }
+        MemorySegment.copy(ModelReplica.segmentOf(whole), 0, ModelReplica.segmentOf(replica.params()), 0,
+                whole.length() * whole.dataType().width()); // the bits as gathered
+        released = false;
     }
 
     /**
@@ -311,6 +479,9 @@ public final class OptimizerStateShard implements AutoCloseable {
      * and drops DL4J's updater with its full state. Not collective.
      */
     public void shardAgain() {
+        if (stage == ZeroStage.PARAMETERS && !released && !closed) {
+            releaseOthers(); // the hand-over may have written the parameters: this block keeps what it wrote
+        }
         if (!materialized) {
             return;
         }

@@ -20,6 +20,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
+import org.symmem4j.dl4j.ZeroStage;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
 import org.symmem4j.dl4j.pipeline.PipelineStageSplit;
 import org.symmem4j.parallel.group.ProcessGroup;
@@ -48,7 +49,9 @@ import picocli.CommandLine.Option;
  * ({@code trainer.stageParameters(s)}: no rank gathers the network) and every step's loss as its bits, and, per
  * process, the model state its trainer holds against the stage's share of the whole, the ND4J workspaces of the
  * training thread, and its resident bytes (JavaCPP's {@code Pointer.physicalBytes()}) before, after build and after
- * training.
+ * training. With {@code --dp D --sharding Z} the pipeline has D data-parallel replicas (launched: a world of D x
+ * pipeline ranks) with ZeRO stage Z on the dp axis, and the share a rank is expected to hold is cut accordingly
+ * ({@code PARAMETERS}: 4/D of its stages' elements between steps; stage CRCs are then printed in thread mode only).
  */
 public final class PipelineMemoryCapExample {
 
@@ -81,6 +84,13 @@ public final class PipelineMemoryCapExample {
         int batch = 32;
         @Option(names = "--microbatches", paramLabel = "M", description = "microbatches per step")
         int microbatches = 4;
+        @Option(names = "--dp", paramLabel = "D", description = "data-parallel replicas of the pipeline (launched:"
+                + " the world is D x pipeline ranks)")
+        int dp = 1;
+        @Option(names = "--sharding", paramLabel = "Z", description = "ZeRO on the dp axis: OPTIMIZER_STATE, GRADIENTS"
+                + " or PARAMETERS (stage 3: a rank holds 1/D of its stages' parameters, gradients and state between"
+                + " steps); needs --dp 2 or more")
+        ZeroStage sharding;
         @Option(names = "--memory-detail", description = "print where the resident memory is, by what holds it, at"
                 + " each phase (ResidentMemory), and after a garbage collection and a malloc_trim once trained")
         boolean memoryDetail;
@@ -107,6 +117,7 @@ public final class PipelineMemoryCapExample {
             Cli.positive("--steps", f.steps);
             Cli.positive("--batch", f.batch);
             Cli.positive("--microbatches", f.microbatches);
+            Cli.positive("--dp", f.dp);
             if (!f.mode.equals("pipeline") && !f.mode.equals("whole")) {
                 throw new IllegalArgumentException("--mode=" + f.mode + ": expected pipeline or whole (fix: --mode"
                         + " pipeline to train the stages, --mode whole for the one-model control)");
@@ -143,7 +154,8 @@ public final class PipelineMemoryCapExample {
         detail(flags, who, "group");
         try (PipelineParallelTrainer trainer = (group == null
                 ? PipelineParallelTrainer.builder(conf).ranks(flags.ranks)
-                : PipelineParallelTrainer.builder(conf).group(group)).microbatches(flags.microbatches).build()) {
+                : PipelineParallelTrainer.builder(conf).group(group)).microbatches(flags.microbatches)
+                .dataParallel(flags.dp).sharding(flags.sharding).build()) {
             long built = Pointer.physicalBytes();
             detail(flags, who, "built");
             int step = 0;
@@ -166,17 +178,25 @@ public final class PipelineMemoryCapExample {
             for (int s = 0; s < split.stageCount(); s++) {
                 whole += split.parameterCount(s);
             }
-            int ranks = group == null ? split.stageCount() : group.worldSize();
+            int ranks = group == null ? split.stageCount() : group.worldSize() / flags.dp;
+            // stage 3 in group mode: a rank holds only its blocks between steps, so no stage CRC without a gather
+            boolean crcs = group == null || flags.sharding != ZeroStage.PARAMETERS;
             for (int s = 0; s < split.stageCount(); s++) {
-                if (group == null || s % ranks == group.rank()) {
+                if (crcs && (group == null || s % ranks == group.rank() % ranks)) {
                     System.out.printf(Locale.ROOT, "stage %d layers %d-%d parameters %d crc32=%08x%n", s,
                             split.firstLayer(s), split.endLayer(s) - 1, split.parameterCount(s),
                             crc32(trainer.stageParameters(s)));
                 }
             }
             long held = trainer.parametersHeld();
-            // parameters, gradient view, accumulated gradient and Adam's two states of the whole network, 4-byte floats
-            long wholeState = 5 * whole * 4;
+            // parameters, gradient view, accumulated gradient and Adam's two states of the whole network, 4-byte floats,
+            // of every replica this process runs (thread mode: all D); with ZeRO on the dp axis each replica's share of
+            // the elements it cuts over the D replicas: stage 1-2 the two states, stage 3 (between steps) all but the
+            // accumulated gradient, which it gives back
+            int replicasHere = group == null ? flags.dp : 1;
+            double perElement = flags.sharding == null ? 5
+                    : flags.sharding == ZeroStage.PARAMETERS ? 4.0 / flags.dp : 3 + 2.0 / flags.dp;
+            long wholeState = Math.round(perElement * whole * 4 * replicasHere);
             double share = (double) held / whole;
             System.out.printf(Locale.ROOT, "%s holds parameters %d of %d (share %.4f) modelBytesHeld %d, share of the"
                     + " whole's %d: %d (%+.2f %%)%n", who, held, whole, share, trainer.modelBytesHeld(), wholeState,

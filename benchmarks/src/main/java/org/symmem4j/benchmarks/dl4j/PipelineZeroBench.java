@@ -24,17 +24,18 @@ import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
- * What ZeRO stage 1 or 2 on the pipeline's dp axis ({@code sharding(ZeroStage.OPTIMIZER_STATE)}, {@code --stage
- * GRADIENTS} for {@code sharding(ZeroStage.GRADIENTS)}) costs and saves: the same
+ * What ZeRO stage 1, 2 or 3 on the pipeline's dp axis ({@code sharding(ZeroStage.OPTIMIZER_STATE)}, {@code --stage
+ * GRADIENTS} for {@code sharding(ZeroStage.GRADIENTS)}, {@code --stage PARAMETERS} for stage 3) costs and saves: the same
  * MLP, data and steps through a {@code dp x pp} pipeline on threads (1F1B) with and without it, runs alternating in
  * one JVM (so a slow stretch of a shared machine hits both). Reports the median step time (the wall time of
  * {@code fit(batch)}, median over the steps after the warm-up, median over the repetitions) and the model bytes the
  * trainer holds after training ({@code modelBytesHeld()}: parameters, gradient views, accumulated gradients and
- * updater state of every replica's stages).
+ * updater state of every replica's stages; between steps, so with stage 3 each replica's block of parameters and
+ * gradient view, the accumulated gradient given back).
  *
  * <pre>
  *   PipelineZeroBench [--dp 2] [--pp 2] [--layers 6] [--hidden 512] [--microbatches 4] [--batch 64] [--steps 40]
- *                     [--warmup 10] [--reps 3] [--threads 1] [--stage OPTIMIZER_STATE|GRADIENTS]
+ *                     [--warmup 10] [--reps 3] [--threads 1] [--stage OPTIMIZER_STATE|GRADIENTS|PARAMETERS]
  * </pre>
  * Prints a markdown table and the raw medians of each run.
  */
@@ -48,7 +49,7 @@ public final class PipelineZeroBench {
 
     @Command(name = "PipelineZeroBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class,
             showDefaultValues = true, description = "Step time and model bytes held of a dp x pp pipeline with ZeRO"
-                    + " stage 1 or 2 on its dp axis, against the same pipeline without it, measured in the same run.")
+                    + " stage 1, 2 or 3 on its dp axis, against the same pipeline without it, measured in the same run.")
     static final class Flags {
         @Option(names = "--dp", paramLabel = "D", description = "data-parallel replicas of the pipeline")
         int dp = 2;
@@ -67,7 +68,7 @@ public final class PipelineZeroBench {
         @Option(names = "--threads", paramLabel = "T", description = "ND4J threads per rank")
         int threads = 1;
         @Option(names = "--stage", paramLabel = "Z", description = "ZeRO stage of the sharded runs: OPTIMIZER_STATE"
-                + " (1) or GRADIENTS (2)")
+                + " (1), GRADIENTS (2) or PARAMETERS (3)")
         ZeroStage stage = ZeroStage.OPTIMIZER_STATE;
     }
 
@@ -88,10 +89,6 @@ public final class PipelineZeroBench {
                         + flags.dp * flags.microbatches * Math.max(1, flags.batch / (flags.dp * flags.microbatches)) + ")");
             }
             flags.runs.check();
-            if (flags.stage == ZeroStage.PARAMETERS) {
-                throw new IllegalArgumentException("--stage=PARAMETERS: the pipeline trainer shards stages 1 and 2;"
-                        + " expected OPTIMIZER_STATE or GRADIENTS (fix: --stage GRADIENTS)");
-            }
             if (flags.layers + 1 < flags.pp) {
                 throw new IllegalArgumentException("--pp=" + flags.pp + " stages need at least as many layers; found "
                         + (flags.layers + 1) + " (fix: --layers " + (flags.pp - 1) + " or more)");

@@ -291,6 +291,11 @@ public final class Dl4jPipelineStage implements StageCompute {
         if (graph != null) {
             graph.beginStep(count);
         }
+        if (optimizerShard != null) {
+            // ZeRO stage 3: the replicas' blocks all-gathered into the whole parameters, once per step, before the
+            // first forward (collective over the replicas, which begin their steps' stages in the same order)
+            optimizerShard.gatherParameters();
+        }
         // layers keep their own counters, which dropout seeds and schedules read: DL4J's fit
         // synchronizes them with the network's before every pass, and so does a stage before every step
         for (Layer layer : layers) {
@@ -580,8 +585,8 @@ public final class Dl4jPipelineStage implements StageCompute {
         if (dataParallel != null) {
             // every replica holds an equal share: the global batch is the replicas' examples together
             examples *= dataParallel.size();
-            if (accumulatedGradient != null && sharding != ZeroStage.GRADIENTS) {
-                dataParallel.sumInPlace(accumulatedGradient); // stage 2: reduce-scattered in the shard's step instead
+            if (accumulatedGradient != null && sharding != ZeroStage.GRADIENTS && sharding != ZeroStage.PARAMETERS) {
+                dataParallel.sumInPlace(accumulatedGradient); // stages 2, 3: reduce-scattered in the shard's step instead
             }
             for (BatchNormRunningStats bn : batchNorms) {
                 bn.gatherAcross(dataParallel);
@@ -613,8 +618,16 @@ public final class Dl4jPipelineStage implements StageCompute {
                 network.getUpdater(true).update(network, gradientViews, iteration, epoch, Math.toIntExact(examples),
                         workspaces);
             }
-            // StochasticGradientDescent's step: parameters minus the update the updater left in the gradient view
-            network.params().subi(gradient.reshape(gradient.length()));
+            if (sharding == ZeroStage.PARAMETERS && optimizerShard != null) {
+                // stage 3: the shard's step subtracted its block's update and gave the rest back; the accumulated
+                // gradient is given back too (the next step's first microbatch assigns it whole)
+                org.symmem4j.parallel.memory.ReservedMemory.giveBack(
+                        ArrayCollectives.segmentOf(accumulatedGradient), 0,
+                        accumulatedGradient.length() * dataType.width());
+            } else {
+                // StochasticGradientDescent's step: parameters minus the update the updater left in the gradient view
+                network.params().subi(gradient.reshape(gradient.length()));
+            }
         }
         network.setIterationCount(iteration + 1);
         network.applyConstraints(iteration + 1, epoch);
@@ -715,6 +728,11 @@ public final class Dl4jPipelineStage implements StageCompute {
     public long modelBytes() {
         if (hollow != null) {
             return hollow.residentBytes();
+        }
+        if (optimizerShard != null && sharding == ZeroStage.PARAMETERS) {
+            // ZeRO stage 3 between steps: the block of the parameters and gradient view, the block's updater state; the
+            // accumulated gradient given back
+            return optimizerShard.heldBytes();
         }
         long elements = 2L * network.numParams() + (accumulatedGradient == null ? 0 : accumulatedGradient.length());
         INDArray state = network.getUpdater(true) == null ? null : network.getUpdater(true).getStateViewArray();

@@ -340,7 +340,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             }
             ModelListeners l = ModelListeners.of(model); // refuses what it cannot honour before anything changes
             PipelineGroupListeners.refuse(group, l, tensorParallel);
-            PipelineZero.refuseListeners(replicas.sharding(), l);
+            PipelineZero.refuseListeners(replicas.sharding(), l, group != null);
             if (reset != null && !batches.hasNext()) {
                 reset.run(); // as DL4J's fit: an exhausted iterator is reset first
             }
@@ -452,7 +452,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * equal to its pipeline rank), of its replica; in thread mode any stage, of replica 0. With tensor parallelism it is
      * the stage's shard, in the shard's layout: this rank's shard in group mode, shard 0 in thread mode. It reads no
      * other rank's memory and gathers nothing, so a rank started from a configuration can compare or record its stages without the
-     * whole network ever being held ({@link #copyParametersTo} gathers all of it).
+     * whole network ever being held ({@link #copyParametersTo} gathers all of it). With ZeRO stage 3
+     * ({@code sharding(PARAMETERS)}) the replicas' blocks are joined in thread mode; in group mode it is refused (the
+     * rank holds only its block between steps).
      *
      * @param stage the stage, {@code 0 .. split().stageCount() - 1}
      * @return a new array with the stage's parameters (empty for a stage without parameters)

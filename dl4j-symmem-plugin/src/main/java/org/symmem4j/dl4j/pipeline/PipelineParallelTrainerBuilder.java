@@ -225,10 +225,17 @@ public final class PipelineParallelTrainerBuilder
      * pipeline too. It moves one all-gather less per step; each replica still accumulates its microbatches' gradient
      * over the whole stage (DL4J's backprop fills the whole gradient view), so it holds no less gradient memory, and a
      * listener overriding {@code onGradientCalculation} is refused (no replica holds the whole summed gradient).
-     * Refused at {@link #build()}: {@link ZeroStage#PARAMETERS} (stage 3: use the wrapper's), {@code dataParallel}
-     * below 2, tensor parallelism and BatchNormalization layers (not built yet).
+     * With {@link ZeroStage#PARAMETERS} (stage 3) the same blocks of the parameters and gradients too: between steps
+     * each replica holds its block of the stage's parameters, gradient view and updater state (the other pages given
+     * back to the operating system); before a step's first forward the blocks are all-gathered into the whole
+     * parameters (once per step per stage, not per microbatch: see docs/pipeline.md), after the last backward the
+     * gradient is reduce-scattered and each replica subtracts its block's update from its block only. Bitwise the
+     * unsharded pipeline, also under ZB-H1. Refused with it: weight constraints, and DL4J listeners in group mode.
+     * Refused at {@link #build()}: {@code dataParallel} below 2, tensor parallelism and BatchNormalization layers (not
+     * built yet).
      *
-     * @param stage {@link ZeroStage#OPTIMIZER_STATE} or {@link ZeroStage#GRADIENTS}, or null for none
+     * @param stage {@link ZeroStage#OPTIMIZER_STATE}, {@link ZeroStage#GRADIENTS} or {@link ZeroStage#PARAMETERS}, or
+     *              null for none
      * @return this builder
      */
     public PipelineParallelTrainerBuilder sharding(ZeroStage stage) {
@@ -555,7 +562,7 @@ public final class PipelineParallelTrainerBuilder
      */
     private void refuseListeners(Group group, ModelListeners l) {
         PipelineGroupListeners.refuse(group, l, tensorParallel);
-        PipelineZero.refuseListeners(sharding, l);
+        PipelineZero.refuseListeners(sharding, l, group != null);
         if (fromConfiguration != null && !l.isEmpty()) {
             throw new IllegalArgumentException(startedFrom() + " with DL4J listeners: they are shown the"
                     + " whole network after each step, which a trainer built from a configuration never holds; expected"

@@ -18,7 +18,9 @@ import org.symmem4j.dl4j.train.ModelListeners;
  * ({@link ZeroStage#OPTIMIZER_STATE}), each dp replica of a stage keeping the updater state of its 1/dp block of the
  * stage's parameters ({@link OptimizerStateShard}, installed by each stage at its first step), and stage 2
  * ({@link ZeroStage#GRADIENTS}), the same blocks with the stage's gradient reduce-scattered over the replicas instead
- * of all-reduced, so each replica sums only its block (the same bits: peers added in rank order). This class holds what
+ * of all-reduced, so each replica sums only its block (the same bits: peers added in rank order), and stage 3
+ * ({@link ZeroStage#PARAMETERS}), the same blocks of the parameters too between steps, gathered once per step before
+ * the stage's first forward ({@link OptimizerStateShard#gatherParameters}). This class holds what
  * is refused at build() and the hand-over of the whole state: the model takes (and gives) the stages' whole updater
  * state, so around those copies each stage's shards are gathered into DL4J's updater of the replicas concerned
  * ({@link #withWholeState} in thread mode, from the shards in this process; {@link #withWholeStateInGroup} in group
@@ -31,19 +33,12 @@ final class PipelineZero {
     }
 
     /**
-     * Refuses at build() what pipeline sharding does not build: stage 3, one replica, tensor parallelism and
-     * BatchNorm layers.
+     * Refuses at build() what pipeline sharding does not build: one replica, tensor parallelism, BatchNorm layers,
+     * and with stage 3 weight constraints.
      */
     static void check(ZeroStage stage, int dataParallel, int tensorParallel, MultiLayerNetwork network) {
         if (stage == null) {
             return;
-        }
-        if (stage == ZeroStage.PARAMETERS) {
-            throw new IllegalArgumentException("sharding(" + stage + ") on the pipeline trainer: not built (a stage's"
-                    + " parameters sharded over its dp replicas and gathered before use); expected OPTIMIZER_STATE or"
-                    + " GRADIENTS (ZeRO stage 1 or 2: each dp replica of a stage holds 1/dp of its updater state, and with"
-                    + " GRADIENTS sums only its block of the gradient) (fix: sharding(ZeroStage.GRADIENTS); for stage 3"
-                    + " of one model, SymmemParallelWrapper's sharding(ZeroStage.PARAMETERS))");
         }
         if (dataParallel < 2) {
             throw new IllegalArgumentException("sharding(" + stage + ") with dataParallel=" + dataParallel
@@ -57,6 +52,14 @@ final class PipelineZero {
         }
         List<Layer> layers = network.getLayerWiseConfigurations().getConfs().stream().map(c -> c.getLayer()).toList();
         for (int i = 0; i < layers.size(); i++) {
+            if (stage == ZeroStage.PARAMETERS && layers.get(i) instanceof org.deeplearning4j.nn.conf.layers.BaseLayer b
+                    && b.getConstraints() != null && !b.getConstraints().isEmpty()) {
+                throw new IllegalArgumentException("sharding(PARAMETERS) with weight constraints " + b.getConstraints()
+                        + " on layer " + i + ": DL4J applies them to whole rows or columns after the update, which no"
+                        + " dp replica holds between steps (each updates its block of the stage's parameters only);"
+                        + " expected layers without constraints (fix: sharding(ZeroStage.GRADIENTS), which keeps whole"
+                        + " parameters, or drop the constraint)");
+            }
             if (layers.get(i) instanceof BatchNormalization) {
                 throw new IllegalArgumentException("sharding(" + stage + ") with a BatchNormalization layer (layer " + i
                         + "): not built yet (its running statistics are updates, not gradients, which DL4J's updater"
@@ -73,9 +76,15 @@ final class PipelineZero {
      * @param stage     the trainer's sharding, or null
      * @param listeners the model's listeners
      */
-    static void refuseListeners(ZeroStage stage, ModelListeners listeners) {
-        if (stage == ZeroStage.GRADIENTS && listeners.needsGradient()) {
-            throw new IllegalStateException("a listener that overrides onGradientCalculation with sharding(GRADIENTS):"
+    static void refuseListeners(ZeroStage stage, ModelListeners listeners, boolean groupMode) {
+        if (stage == ZeroStage.PARAMETERS && groupMode && !listeners.isEmpty()) {
+            throw new IllegalStateException("DL4J listeners with sharding(PARAMETERS) in group mode: between steps each"
+                    + " rank holds only its block of its stages' parameters, and a group-mode listener reads the rank's"
+                    + " stages after each step; expected no listeners on the model (fix: sharding(ZeroStage.GRADIENTS),"
+                    + " or read the model after fit(), which gathers it)");
+        }
+        if (stage != null && stage != ZeroStage.OPTIMIZER_STATE && listeners.needsGradient()) {
+            throw new IllegalStateException("a listener that overrides onGradientCalculation with sharding(" + stage + "):"
                     + " each dp replica sums only its block of a stage's gradient (reduce-scattered), so no replica"
                     + " holds the step's whole gradient to show it; expected listeners that read the score, counters,"
                     + " parameters or update (fix: sharding(ZeroStage.OPTIMIZER_STATE), which sums the whole gradient,"
@@ -128,11 +137,28 @@ final class PipelineZero {
      * @param replicaZero whether this rank belongs to replica 0
      */
     static void withWholeStateInGroup(List<Dl4jPipelineStage> stages, GroupExchange exchange, boolean replicaZero,
-                                      Runnable action) {
+                                      boolean parameters, Runnable action) {
         List<OptimizerStateShard> gathered = new ArrayList<>();
         try {
             for (Dl4jPipelineStage stage : stages) {
                 OptimizerStateShard shard = stage.held() ? stage.optimizerShard() : null;
+                long paramCount = stage.network().numParams();
+                if (parameters && paramCount > 0) {
+                    // stage 3: the whole parameters from the replicas' blocks, as the state below (every rank, every
+                    // stage: the same collectives everywhere)
+                    INDArray whole = Nd4j.create(stage.network().params().dataType(), paramCount);
+                    OptimizerStateShard.sumOfBlocks(whole, w -> {
+                        if (shard != null) {
+                            shard.exportParameterBlock(w);
+                        } else if (stage.held() && replicaZero) {
+                            w.assign(stage.network().params().reshape(paramCount)); // not sharded yet: whole
+                        }
+                    }, exchange::sumInPlace);
+                    if (shard != null) {
+                        shard.materializeParameters(whole);
+                        gathered.add(shard);
+                    }
+                }
                 INDArray dl4j = shard != null ? null : stateOf(stage.network().getUpdater(true));
                 long length = shard != null ? shard.wholeStateLength() : dl4j == null ? 0 : dl4j.length();
                 if (length == 0) {
@@ -148,7 +174,9 @@ final class PipelineZero {
                 }, exchange::sumInPlace);
                 if (shard != null) {
                     shard.materialize(whole);
-                    gathered.add(shard);
+                    if (!gathered.contains(shard)) {
+                        gathered.add(shard);
+                    }
                 }
             }
             action.run();

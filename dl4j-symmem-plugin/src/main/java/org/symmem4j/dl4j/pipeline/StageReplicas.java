@@ -239,7 +239,8 @@ final class StageReplicas {
         } else if (group == null) {
             PipelineZero.withWholeState(all, whole, action);
         } else {
-            PipelineZero.withWholeStateInGroup(first, exchange, group.rank() < pipelineRanks * tensorParallel, action);
+            PipelineZero.withWholeStateInGroup(first, exchange, group.rank() < pipelineRanks * tensorParallel,
+                    sharding == ZeroStage.PARAMETERS, action);
         }
     }
 
@@ -294,6 +295,19 @@ final class StageReplicas {
                     + stage % pipelineRanks + ", expected one of this rank's stages (pipeline rank=" + mine
                     + ", stages s with s % " + pipelineRanks + " == " + mine
                     + "; fix: ask the rank that trains it, or copyParametersTo(network) on every rank for all of them)");
+        }
+        if (sharding == ZeroStage.PARAMETERS && s.optimizerShard() != null) {
+            // stage 3 between steps: each replica holds its block of the stage's parameters only
+            if (group != null) {
+                throw new IllegalStateException("stageParameters: stage=" + stage + " with sharding(PARAMETERS) in group"
+                        + " mode: this rank holds only its block of the stage's parameters between steps, and"
+                        + " stageParameters reads no other rank's memory; expected a trainer whose stages hold their"
+                        + " whole parameters (fix: copyParametersTo(network) on every rank, which gathers them, or"
+                        + " sharding(ZeroStage.GRADIENTS))");
+            }
+            INDArray[] copy = new INDArray[1];
+            withWholeState(List.of(first), null, () -> copy[0] = s.network().params().dup()); // the replicas' blocks
+            return copy[0];
         }
         INDArray params = s.network().params();
         return params == null ? Nd4j.create(split.dataType(), 0) : params.dup();

@@ -19,7 +19,7 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * joins the launcher's group and runs each of {@link #CASES} in turn with one trainer on its rank
  * ({@code .group(group).dataParallel(2)}), writing the model it ends with and every step's loss
  * ({@link LaunchedRanks#write}). Synchronized BatchNorm cases train as {@link PipelineGroupModeTest#train} does (one
- * fit, then {@code copyParametersTo}); ZeRO stage 1 cases as {@link PipelineZeroGroupModeTest#run} (two fits with the
+ * fit, then {@code copyParametersTo}); ZeRO cases (stages 1-3) as {@link PipelineZeroGroupModeTest#run} (two fits with the
  * model changed between them, then {@code copyParametersTo} after {@code close()}: written as {@code NAME}, the
  * builder's model as {@code NAME-model}; the length of updater state it holds per stage printed as
  * {@code STATE HELD NAME stage S length N}).
@@ -54,7 +54,13 @@ public final class PipelineProcessWorker {
                     b -> b.microbatches(2).schedule(PipelineSchedule.GPIPE).sharding(ZeroStage.OPTIMIZER_STATE), true),
             new Case("zero2-1f1b-adam", () -> PipelineNets.mlp(new Adam(0.01), 1e-3, DataType.DOUBLE,
                     PipelineZeroGroupModeTest.WIDTHS), PipelineProcessWorker::zeroData,
-                    b -> b.microbatches(2).schedule(PipelineSchedule.ONE_F_ONE_B).sharding(ZeroStage.GRADIENTS), true));
+                    b -> b.microbatches(2).schedule(PipelineSchedule.ONE_F_ONE_B).sharding(ZeroStage.GRADIENTS), true),
+            new Case("zero3-1f1b-adam", () -> PipelineNets.mlp(new Adam(0.01), 1e-3, DataType.DOUBLE,
+                    PipelineZeroGroupModeTest.WIDTHS), PipelineProcessWorker::zeroData,
+                    b -> b.microbatches(2).schedule(PipelineSchedule.ONE_F_ONE_B).sharding(ZeroStage.PARAMETERS), true),
+            new Case("zero3-gpipe-nesterovs", () -> PipelineNets.mlp(new Nesterovs(0.05, 0.9), 0.0, DataType.DOUBLE,
+                    PipelineZeroGroupModeTest.WIDTHS), PipelineProcessWorker::zeroData,
+                    b -> b.microbatches(2).schedule(PipelineSchedule.GPIPE).sharding(ZeroStage.PARAMETERS), true));
 
     private PipelineProcessWorker() {
     }

@@ -92,7 +92,7 @@ class PipelineZeroCheckpointTest {
     }
 
     @org.junit.jupiter.params.ParameterizedTest(name = "{0}")
-    @org.junit.jupiter.params.provider.EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "GRADIENTS"})
+    @org.junit.jupiter.params.provider.EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "GRADIENTS", "PARAMETERS"})
     void resumedOnThreadsFromEachReplicasBlockEqualsTheUninterruptedRun(ZeroStage stage, @TempDir Path root)
             throws Exception {
         List<DataSet> data = data();
@@ -139,19 +139,21 @@ class PipelineZeroCheckpointTest {
         PipelineNets.assertSameState(reference, resumed, "a sharded trainer resumed from a file per stage");
     }
 
-    @Test
-    void resumedInGroupModeFromEachRanksBlocksEqualsTheUninterruptedRun(@TempDir Path root) {
+    @org.junit.jupiter.params.ParameterizedTest(name = "{0}")
+    @org.junit.jupiter.params.provider.EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "PARAMETERS"})
+    void resumedInGroupModeFromEachRanksBlocksEqualsTheUninterruptedRun(ZeroStage stage, @TempDir Path root)
+            throws Exception {
         List<DataSet> data = data();
         MultiLayerNetwork reference = uninterrupted(data);
         PipelineGroupModeTest.onEveryRank(DP * PP, group -> {
-            trainAndDie(sharded(mlp()).group(group).checkpointEvery(2, root).resumeFrom(root), data);
+            trainAndDie(sharded(mlp(), stage).group(group).checkpointEvery(2, root).resumeFrom(root), data);
             return null;
         });
         // every rank wrote its own blocks: rank (d, p) stage p's block d, the file p * dp + d
         assertTrue(Files.isRegularFile(CheckpointDirectory.stepDir(root, 4).resolve("shard-00003-of-00004.bin")));
         List<MultiLayerNetwork> resumed = PipelineGroupModeTest.onEveryRank(DP * PP, group -> {
             MultiLayerNetwork mine = halved();
-            return resume(sharded(mine).group(group).checkpointEvery(2, root).resumeFrom(root), mine, data);
+            return resume(sharded(mine, stage).group(group).checkpointEvery(2, root).resumeFrom(root), mine, data);
         });
         for (int r = 0; r < resumed.size(); r++) {
             PipelineNets.assertSameState(reference, resumed.get(r), "rank " + r + " resumed in group mode");

@@ -44,7 +44,8 @@ class PipelineZeroGroupModeTest {
     static final int[] WIDTHS = {10, 13, 11, 9, 7, 3};
 
     /** What a run leaves: the network copied out after close(), every step's loss, and the state each held stage keeps. */
-    record Run(MultiLayerNetwork copied, MultiLayerNetwork model, List<Double> losses, List<long[]> stateHeld) {
+    record Run(MultiLayerNetwork copied, MultiLayerNetwork model, List<Double> losses, List<long[]> stateHeld,
+               long bytesHeld) {
     }
 
     static Stream<Arguments> cases() {
@@ -52,7 +53,9 @@ class PipelineZeroGroupModeTest {
                 Arguments.of(ZeroStage.OPTIMIZER_STATE, PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
                 Arguments.of(ZeroStage.OPTIMIZER_STATE, PipelineSchedule.GPIPE, new Nesterovs(0.05, 0.9), 0.0),
                 Arguments.of(ZeroStage.GRADIENTS, PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
-                Arguments.of(ZeroStage.GRADIENTS, PipelineSchedule.GPIPE, new Nesterovs(0.05, 0.9), 0.0));
+                Arguments.of(ZeroStage.GRADIENTS, PipelineSchedule.GPIPE, new Nesterovs(0.05, 0.9), 0.0),
+                Arguments.of(ZeroStage.PARAMETERS, PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
+                Arguments.of(ZeroStage.PARAMETERS, PipelineSchedule.GPIPE, new Nesterovs(0.05, 0.9), 0.0));
     }
 
     /** Two fits (the model changed between them), close(), then copyParametersTo a fresh copy of {@code base}. */
@@ -60,12 +63,14 @@ class PipelineZeroGroupModeTest {
                    List<DataSet> data) {
         List<Double> losses = new ArrayList<>();
         List<long[]> held = new ArrayList<>();
+        long bytesHeld;
         PipelineParallelTrainer trainer = builder.ompThreadsPerRank(1).stepListener(r -> losses.add(r.loss())).build();
         try {
             trainer.fit(new BatchListIterator(data.subList(0, 2)));
             // the model changed between fits: every rank's stages take it (sharded: each replica its block)
             model.params().muli(0.75);
             trainer.fit(new BatchListIterator(data.subList(2, data.size())));
+            bytesHeld = trainer.modelBytesHeld();
             List<Dl4jPipelineStage> stages = trainer.replicaStages(0);
             for (Dl4jPipelineStage s : stages) {
                 if (s.held() && s.network().getUpdater().getStateViewArray() != null) {
@@ -77,7 +82,7 @@ class PipelineZeroGroupModeTest {
         }
         MultiLayerNetwork copied = base.clone();
         trainer.copyParametersTo(copied); // after close(): group mode gathers over a one-off exchange
-        return new Run(copied, model, losses, held);
+        return new Run(copied, model, losses, held, bytesHeld);
     }
 
     @ParameterizedTest(name = "{0} {1} {2} l2={3}")
@@ -101,8 +106,10 @@ class PipelineZeroGroupModeTest {
                     .schedule(schedule).sharding(zero), mine, data);
         });
         long[] blocks = new long[plain.stateHeld().size() + 1];
+        long ranksHold = 0;
         for (int r = 0; r < ranks.size(); r++) {
             Run o = ranks.get(r);
+            ranksHold += o.bytesHeld();
             PipelineNets.assertSameState(plain.copied(), o.copied(), "rank " + r + " copyParametersTo after close()");
             PipelineNets.assertSameState(plain.model(), o.model(), "rank " + r + " the builder's model");
             assertEquals(plain.losses(), o.losses(), "rank " + r + ": every step's loss, bitwise (as doubles)");
@@ -110,6 +117,9 @@ class PipelineZeroGroupModeTest {
                 blocks[(int) stage[0]] += stage[1];
             }
         }
+        // each rank's share (with stage 3 its blocks of parameters, gradient view and state): together thread mode's
+        assertEquals(threads.bytesHeld(), ranksHold, "the ranks' model bytes held add up to thread mode's");
+        assertTrue(threads.bytesHeld() < plain.bytesHeld(), "sharded ranks hold less than unsharded ones");
         // thread mode's unsharded replica 0 holds every stage whole: the ranks' blocks of a stage cover it once
         for (long[] stage : plain.stateHeld()) {
             assertEquals(stage[1], blocks[(int) stage[0]], "stage " + stage[0] + ": the replicas' blocks cover its"
@@ -119,12 +129,42 @@ class PipelineZeroGroupModeTest {
     }
 
     /**
+     * Stage 3 on ranks started from the configuration (no rank ever holds the whole network; each initialises its
+     * stages as DL4J's init() would, then keeps its blocks): the network copied out after training is bitwise the
+     * unsharded pipeline's on threads from the initialised network.
+     */
+    @org.junit.jupiter.api.Test
+    void stageThreeFromAConfigurationBitwiseTheUnshardedPipeline() {
+        MultiLayerNetwork base = PipelineNets.mlp(new Adam(0.01), 1e-3, DataType.DOUBLE, WIDTHS);
+        List<DataSet> data = PipelineNets.batches(13, 4, 16, WIDTHS[0], WIDTHS[WIDTHS.length - 1], DataType.DOUBLE);
+        MultiLayerNetwork plainModel = base.clone();
+        try (PipelineParallelTrainer plain = PipelineParallelTrainer.builder(plainModel).ranks(PP).dataParallel(DP)
+                .microbatches(2).ompThreadsPerRank(1).build()) {
+            plain.fit(new BatchListIterator(data));
+        }
+        List<MultiLayerNetwork> ranks = PipelineGroupModeTest.onEveryRank(DP * PP, group -> {
+            try (PipelineParallelTrainer t = PipelineParallelTrainer.builder(base.getLayerWiseConfigurations().clone())
+                    .group(group).dataParallel(DP).microbatches(2).ompThreadsPerRank(1)
+                    .sharding(ZeroStage.PARAMETERS).build()) {
+                t.fit(new BatchListIterator(data));
+                MultiLayerNetwork whole = base.clone();
+                t.copyParametersTo(whole);
+                return whole;
+            }
+        });
+        for (int r = 0; r < ranks.size(); r++) {
+            PipelineNets.assertSameState(plainModel, ranks.get(r), "rank " + r + " from the configuration");
+        }
+        assertTrue(!PipelineNets.bitwiseEqual(base.params(), plainModel.params()), "training changed the parameters");
+    }
+
+    /**
      * The ranks as members of a {@link ProcessGroup} on the {@code /dev/shm} transport (threads of this JVM here, as
      * one JVM per rank joins it under the launcher), which cannot register a stage's gradient view: the view moves into
      * symmetric memory at the first step, and the result is still bitwise the unsharded pipeline's.
      */
     @ParameterizedTest(name = "{0}")
-    @org.junit.jupiter.params.provider.EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "GRADIENTS"})
+    @org.junit.jupiter.params.provider.EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "GRADIENTS", "PARAMETERS"})
     void ranksOfAProcessGroupOnDevShmShardBitwiseLikeTheUnshardedPipeline(ZeroStage stage) throws Exception {
         MultiLayerNetwork base = PipelineNets.mlp(new Adam(0.01), 1e-3, DataType.DOUBLE, WIDTHS);
         List<DataSet> data = PipelineNets.batches(11, 4, 16, WIDTHS[0], WIDTHS[WIDTHS.length - 1], DataType.DOUBLE);

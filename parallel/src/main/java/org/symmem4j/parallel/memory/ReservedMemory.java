@@ -41,4 +41,36 @@ public final class ReservedMemory {
     public static long residentBytes(MemorySegment segment) {
         return Pages.resident(segment, 0, segment.byteSize());
     }
+
+    /**
+     * Bytes of the pages touching {@code [from, from + bytes)} of {@code segment} that hold memory now ({@code mincore}).
+     *
+     * @param segment memory of this process
+     * @param from    first byte of the range
+     * @param bytes   length of the range
+     * @return resident bytes, a multiple of the page size
+     */
+    public static long residentBytes(MemorySegment segment, long from, long bytes) {
+        java.util.Objects.checkFromIndexSize(from, bytes, segment.byteSize());
+        return Pages.resident(segment, from, bytes);
+    }
+
+    /**
+     * Gives the pages that lie fully inside {@code [from, from + bytes)} of {@code segment} back to the operating system
+     * ({@code madvise(MADV_DONTNEED)}): they read as zero afterwards and hold no memory until written again. Bytes of
+     * the pages at either end that the range covers only in part keep their values. Only for <em>private</em>
+     * anonymous memory of this process (reserved memory, or a malloc'd array such as ND4J's host buffers, whose
+     * allocator metadata lies outside the pages inside the array): a shared mapping keeps its pages (use
+     * {@code SymmetricMemory.decommit} for symmetric memory). What the pipeline's ZeRO stage 3 releases the parts of a
+     * stage's parameters and gradient that other replicas own with, between steps.
+     *
+     * @param segment private anonymous memory of this process
+     * @param from    first byte of the range
+     * @param bytes   length of the range
+     * @throws IndexOutOfBoundsException when the range falls outside {@code segment}
+     */
+    public static void giveBack(MemorySegment segment, long from, long bytes) {
+        java.util.Objects.checkFromIndexSize(from, bytes, segment.byteSize());
+        Pages.advise(segment, from, bytes, Pages.MADV_DONTNEED, "giving pages back");
+    }
 }
