@@ -41,8 +41,8 @@ import picocli.CommandLine.Option;
  * </pre>
  * Every fork first runs {@link FlightRecorderPairedBenchmark#PREWARM_DEFAULT} all-reduces with each rank's recorder
  * switched every 64 collectives, so that C2 compiles the collective from a profile with the recorder on in half of
- * them in every fork; a cell with {@code +cold} leaves that out (the benchmark before 2026-11-30, whose forks were
- * bimodal: {@code bench/results/2026-11-30-recorder-bimodal-forks.md}), and one with {@code +shareN} pre-warms with the
+ * them in every fork; a cell with {@code +cold} leaves that out (the benchmark before 2026-11-29 22:00 UTC, whose forks were
+ * bimodal: {@code bench/results/2026-11-29-recorder-bimodal-forks.md}), and one with {@code +shareN} pre-warms with the
  * recorder on in 1/N of the collectives instead of half (an off-heavy profile on purpose: {@code +share20} leaves the
  * recorder's calls out of line in every fork). {@code --jit-log} has each paired fork write
  * HotSpot's compilation log into {@code jit-pidPID.log} in the working directory;

@@ -104,7 +104,7 @@ public class FlightRecorderPairedBenchmark {
     /**
      * The property that sets how many all-reduces each fork runs with its recorder switched every {@link
      * #PREWARM_PERIOD} collectives before JMH's first block ({@link #prewarm}); 0: none (the benchmark before
-     * 2026-11-30).
+     * 2026-11-29 22:00 UTC).
      */
     static final String PREWARM_PROPERTY = "symmem4j.bench.recorder.prewarm";
     /** All-reduces of the pre-warm by default: about 0.3 s at 1.1 µs each, some 17 times C2's compile threshold. */
@@ -436,7 +436,7 @@ public class FlightRecorderPairedBenchmark {
      * collectives, before JMH's first block, so that the profile C2 compiles the collective from holds the recorder
      * on in half of them in every fork.
      *
-     * <p>Why (bench/results/2026-11-30-recorder-bimodal-forks.md): without it the collective runs its first blocks at
+     * <p>Why (bench/results/2026-11-29-recorder-bimodal-forks.md): without it the collective runs its first blocks at
      * milliseconds to tens of µs per call and C2's code arrives in warm-up block 9 or 10 (32 cores), after blocks 8
      * and 9, both off, ran most of the profiled calls (the recorder on in 7-26 % of them), and the recompilations
      * after the first "on" block see the recorder on in a share that depends on the fork's timing. The
