@@ -25,6 +25,7 @@ import org.symmem4j.parallel.numeric.BFloat16;
 import org.symmem4j.parallel.tensor.FullyShardedMlp;
 import org.symmem4j.parallel.tensor.FullyShardedMlp.Adam;
 import org.symmem4j.parallel.tensor.FullyShardedMlp.Sharding;
+import org.symmem4j.parallel.tensor.ShardedStepPlan;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -81,7 +82,7 @@ public final class FsdpMlpBench {
                 + " fsdp-whole (sharded, layer 0's tail whole: the schedule before the tail blocks, for an A/B)")
         List<String> variants = List.of("fsdp", "ddp");
         @Option(names = "--tail-chunks", paramLabel = "K", description = "blocks of rows of layer 0's gradient, reduction"
-                + " and Adam for fsdp and ddp (0: FullyShardedMlp.defaultTailChunks, max(4, 2 x GPUs))")
+                + " and Adam for fsdp and ddp (0: ShardedStepPlan.defaultTailChunks, max(4, 2 x GPUs))")
         int tailChunks = 0;
         @Option(names = "--timeline", negatable = true, description = "after the timings, record one step's CUDA events"
                 + " per action on both streams and print its head, tail and per-action table (rank 0: the summary line)")
@@ -201,7 +202,7 @@ public final class FsdpMlpBench {
                 for (String variant : flags.variants) {
                     Sharding sharding = variant.startsWith("fsdp") ? Sharding.FULL : Sharding.NONE;
                     int tail = variant.equals("fsdp-whole") ? 1
-                            : flags.tailChunks == 0 ? FullyShardedMlp.defaultTailChunks(group.worldSize()) : flags.tailChunks;
+                            : flags.tailChunks == 0 ? ShardedStepPlan.defaultTailChunks(group.worldSize()) : flags.tailChunks;
                     probe.barrier();
                     long free0 = device.memoryInfo()[0];
                     // the first variant's first output is checked in float64; the second's output after the same steps

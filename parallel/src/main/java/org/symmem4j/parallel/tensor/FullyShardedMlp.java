@@ -116,16 +116,6 @@ public final class FullyShardedMlp implements AutoCloseable {
         }
     }
 
-    /**
-     * {@return the blocks of rows layer 0's weight gradient, reduction and Adam run in unless told otherwise: 2 per rank,
-     * at least 4, so that the last block's Adam is at most half a rank's shard and its all-reduce a fraction of the layer}
-     *
-     * @param world ranks
-     */
-    public static int defaultTailChunks(int world) {
-        return Math.max(4, 2 * world);
-    }
-
     private static final DType BF16 = DType.BFLOAT16;
     private static final long HOST_CHUNK = 16L << 20;
 
@@ -190,7 +180,7 @@ public final class FullyShardedMlp implements AutoCloseable {
      * @throws UnsupportedOperationException when the group's transport has no device memory, or no cuBLAS (says which)
      */
     public FullyShardedMlp(Group group, int tokens, int[] widths, Sharding sharding, Adam adam) {
-        this(group, tokens, widths, sharding, adam, defaultTailChunks(Objects.requireNonNull(group, "group").worldSize()));
+        this(group, tokens, widths, sharding, adam, ShardedStepPlan.defaultTailChunks(Objects.requireNonNull(group, "group").worldSize()));
     }
 
     /**

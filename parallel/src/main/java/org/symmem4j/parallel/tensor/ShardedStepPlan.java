@@ -125,6 +125,16 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
     public static final int GRADIENT_BUFFERS = 2;
 
     /**
+     * {@return the blocks of rows layer 0's weight gradient, reduction and Adam run in unless told otherwise: 2 per rank,
+     * at least 4, so that the last block's Adam is at most half a rank's shard and its all-reduce a fraction of the layer}
+     *
+     * @param world ranks
+     */
+    public static int defaultTailChunks(int world) {
+        return Math.max(4, 2 * world);
+    }
+
+    /**
      * The plan of one step.
      *
      * @param layers  linear layers, at least 1

@@ -168,7 +168,7 @@ class CudaFullyShardedMlpTest {
     }
 
     private static void check(int tokens, int[] widths, int steps) {
-        check(tokens, widths, steps, FullyShardedMlp.defaultTailChunks(GPU.worldSize()), false);
+        check(tokens, widths, steps, ShardedStepPlan.defaultTailChunks(GPU.worldSize()), false);
     }
 
     private static void check(int tokens, int[] widths, int steps, int tailChunks, boolean timeline) {
