@@ -1,12 +1,12 @@
 package org.symmem4j.dl4j;
 
-import java.nio.file.Path;
 import java.util.Iterator;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
 import org.symmem4j.dl4j.train.CheckpointLayout;
 import org.symmem4j.dl4j.train.FitAgreement;
 import org.symmem4j.dl4j.train.ModelListeners;
+import org.symmem4j.dl4j.train.ResumePosition;
 
 /**
  * The start of {@link SymmemParallelWrapper}'s {@code fit()}: every refusal that depends on what this rank was given,
@@ -60,16 +60,12 @@ final class DataParallelFitStart {
      * This rank's checks, then every rank's verdict agreed (collective in group mode, once per fit). An iterator with no
      * next batch is reset first, as DL4J's {@code fit} does, once its other checks passed.
      *
-     * @param batchesToSkip  batches of the epoch the checkpoint resumed from had trained, 0 when none
-     * @param examplesToSkip their examples, -1 when not recorded
-     * @param resumedFrom    that checkpoint's directory, or null
+     * @param resume where the fit starts: the batches (and examples) of the epoch a restored checkpoint had trained
      * @throws IllegalArgumentException on every rank when any refused (thread mode: this rank's own refusal)
      * @throws IllegalStateException    on every rank when any failed otherwise, or refused a listener
      */
-    static Agreed agree(Given given, DataParallelSettings settings, ModelReplica model,
-                        long batchesToSkip, long examplesToSkip, Path resumedFrom) {
-        FitAgreement start = new FitAgreement(settings.group(), layoutOf(model), batchesToSkip, examplesToSkip,
-                resumedFrom);
+    static Agreed agree(Given given, DataParallelSettings settings, ModelReplica model, ResumePosition resume) {
+        FitAgreement start = resume.fitStart(settings.group(), layoutOf(model), true);
         ModelListeners listeners = start.agree(() -> {
             if (given.wrongFit() != null) {
                 throw new IllegalArgumentException(given.wrongFit());

@@ -22,6 +22,7 @@ import org.symmem4j.dl4j.train.CheckpointDirectory;
 import org.symmem4j.dl4j.train.CheckpointLayout;
 import org.symmem4j.dl4j.train.CheckpointSchedule;
 import org.symmem4j.dl4j.train.ModelListeners;
+import org.symmem4j.dl4j.train.ResumePosition;
 import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.gradsync.AlgorithmPolicy;
@@ -120,12 +121,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private final ShardedShrink sharded;
     /** SHRINK on a dp x tp mesh ({@code group(mesh, "dp")}): the mesh, and what its shrinks formed; null otherwise. */
     private final MeshShrink meshShrink;
-    /** Batches the next fit reads and does not train: those of the epoch a restored checkpoint had trained. */
-    private long batchesToSkip;
-    /** The examples of those batches, as the checkpoint recorded them; -1 when it did not. */
-    private long examplesToSkip = -1;
-    /** The checkpoint the last restore read, or null. */
-    private CheckpointDirectory.Checkpoint resumedFrom;
+    /** Where the next fit starts: the checkpoint the last restore read, and the batches of its epoch it skips. */
+    private final ResumePosition resume = new ResumePosition();
     /** fit() calls so far, successful or not: the timeline draws "between steps" only within one. */
     private long fits;
     private boolean closed;
@@ -145,7 +142,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         this.stepListeners = List.copyOf(o.stepListeners());
         this.ndThreadsFor = o::ndThreadsPerRank;
         this.workers = new DataParallelWorkers(model, settings, metrics);
-        this.steps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
+        this.steps = newSteps();
         this.schedule = o.checkpointSchedule();
         // hybrid sharding shrinks as plain data parallelism does, from a surviving shard group's copy (HybridShrink)
         this.sharded = settings.shrinks() && settings.sharding() != null && settings.shardGroupSize() == 0
@@ -330,11 +327,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      */
     private void train(DataParallelFitStart.Given given) {
         requireOpen(); // this rank's own state, not what it was given: a closed wrapper's group may be closed too
-        DataParallelFitStart.Agreed agreed = DataParallelFitStart.agree(given, settings, model,
-                batchesToSkip, examplesToSkip, resumedFrom == null ? null : resumedFrom.dir());
+        DataParallelFitStart.Agreed agreed = DataParallelFitStart.agree(given, settings, model, resume);
         ModelListeners listeners = agreed.listeners();
-        batchesToSkip = 0; // skipped: the iterator stands after them
-        examplesToSkip = -1;
+        resume.skipped(); // the iterator stands after them
         fits++;
         boolean completed = false;
         ModelState before = null;
@@ -444,7 +439,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         // this rank's failed step: redone (its batches dealt again) unless every survivor completed it
         boolean redone = agreed.iteration() == lost.iterationAtStart();
-        DataParallelSteps survivorsSteps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
+        DataParallelSteps survivorsSteps = newSteps();
         survivorsSteps.resumeAt(redone ? lost.step() : lost.step() + 1);
         steps = survivorsSteps;
         workers.ensureStarted();
@@ -474,7 +469,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         ShardedShrink.Rebuilt r = sharded.rollBack(lost, failed, readAhead, redealt, settings, workers, meshShrink);
         settings = r.settings();
         workers = r.workers();
-        steps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
+        steps = newSteps();
         steps.resumeAt(r.step());
         if (r.formed() != null) { // group mode: the wrapper owns the survivors' group
             org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // a group an earlier shrink formed
@@ -574,9 +569,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         if (c != null) {
             steps.resumeAt(c.step());
-            batchesToSkip = c.batchesInEpoch();
-            examplesToSkip = c.examplesInEpoch();
-            resumedFrom = new CheckpointDirectory.Checkpoint(dir, c);
+            resume.restored(dir, c);
         }
     }
 
@@ -609,10 +602,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * @throws IOException when the root cannot be listed or the checkpoint read
      */
     public synchronized Optional<CheckpointDirectory.Checkpoint> restoreLatest(Path root) throws IOException {
-        Optional<CheckpointDirectory.Checkpoint> latest = CheckpointLayout.of(model.model()).latestComplete(root,
-                settings.group(), "symmem4j-wrapper-"); // a tensor-parallel run's: the newest step complete on every rank
+        Optional<CheckpointDirectory.Checkpoint> latest = ResumePosition.restoreLatest(CheckpointLayout.of(model.model())
+                .latestComplete(root, settings.group(), "symmem4j-wrapper-"), // tp: the newest step complete on every rank
+                this::restoreCheckpoint);
         if (latest.isPresent()) {
-            restoreCheckpoint(latest.get().dir());
             LOG.info("symmem4j: resumed from checkpoint " + latest.get().dir() + " at step=" + latest.get().counters().step()
                     + " epoch=" + latest.get().counters().epoch() + " (the next fit skips "
                     + latest.get().counters().batchesInEpoch() + " batches of that epoch, trained before it)");
@@ -627,7 +620,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * @return it, or null when none was restored (a fresh start)
      */
     public synchronized CheckpointDirectory.Checkpoint resumedFrom() {
-        return resumedFrom;
+        return resume.resumedFrom();
+    }
+
+    /** The steps of the current workers and settings: at build, and after a shrink replaced them. */
+    private DataParallelSteps newSteps() {
+        return new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
     }
 
     /** Stops the workers. The model keeps the state of the last successful {@code fit()}. */

@@ -29,6 +29,7 @@ import org.symmem4j.dl4j.train.FitAgreement;
 import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.dl4j.train.RankRuntime;
+import org.symmem4j.dl4j.train.ResumePosition;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.PeerTimeoutException;
@@ -173,10 +174,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private long step;
     /** Saves, restores and takes the periodic checkpoints, in the format of the stages' parallelism. */
     private final PipelineCheckpointing checkpoints;
-    /** Batches the next fit(iterator) reads and does not train: those of the epoch a restored checkpoint had trained. */
-    private long batchesToSkip;
-    /** The checkpoint the last restore read, or null. */
-    private CheckpointDirectory.Checkpoint resumedFrom;
+    /** Where the next fit(iterator) starts: the checkpoint the last restore read, and the batches of its epoch it skips. */
+    private final ResumePosition resume = new ResumePosition();
     private PipelineStepReport lastStep;
     private String failed;
     private boolean closed;
@@ -332,8 +331,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     private void train(Iterator<?> batches, boolean epoch, Runnable reset, String wrongFit) {
         requireUsable(); // this rank's own state: after a failed step every rank failed, and the group is aborted
-        FitAgreement start = new FitAgreement(group, CheckpointLayout.plain(), epoch ? batchesToSkip : 0, -1,
-                resumedFrom == null ? null : resumedFrom.dir());
+        // the pipeline's checkpoints record batches, not their examples; fit(batch) skips none
+        FitAgreement start = epoch ? resume.fitStart(group, CheckpointLayout.plain(), false)
+                : new FitAgreement(group, CheckpointLayout.plain(), 0, -1, null);
         ModelListeners listeners = start.agree(() -> {
             if (wrongFit != null) {
                 throw new IllegalArgumentException(wrongFit);
@@ -358,7 +358,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         double score = Double.NaN;
         long batchesInEpoch = start.skipped(); // trained before the resumed checkpoint
         if (epoch) {
-            batchesToSkip = 0;
+            resume.skipped();
         }
         try {
             while (batches.hasNext()) {
@@ -553,8 +553,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         CheckpointDirectory.Counters c = checkpoints.restore(dir, this::exchange);
         if (c != null) {
             step = c.step();
-            batchesToSkip = c.batchesInEpoch();
-            resumedFrom = new CheckpointDirectory.Checkpoint(dir, c);
+            resume.restored(dir, c);
         }
     }
 
@@ -571,11 +570,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized Optional<CheckpointDirectory.Checkpoint> restoreLatest(Path root) throws IOException {
         model.requireWhole("restoreLatest");
-        Optional<CheckpointDirectory.Checkpoint> latest = checkpoints.latest(root);
-        if (latest.isPresent()) {
-            restoreCheckpoint(latest.get().dir());
-        }
-        return latest;
+        return ResumePosition.restoreLatest(checkpoints.latest(root), this::restoreCheckpoint);
     }
 
     /**
@@ -585,7 +580,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @return it, or null when none was restored (a fresh start)
      */
     public synchronized CheckpointDirectory.Checkpoint resumedFrom() {
-        return resumedFrom;
+        return resume.resumedFrom();
     }
 
     /**

@@ -26,6 +26,9 @@
  *   <li>{@link org.symmem4j.dl4j.train.FitAgreement}: the start of a {@code fit()} call, the checks that depend on
  *       what one rank was given (its iterator, its model's listeners, its resume position, whose trained batches it
  *       skips) agreed by every rank before any data moves.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.ResumePosition}: where a trainer's next {@code fit()} starts after a restore
+ *       (the checkpoint read, the batches and examples of its epoch already trained, which that fit skips), and
+ *       {@code restoreLatest}'s restore of the newest complete checkpoint, for both trainers.</li>
  *   <li>{@link org.symmem4j.dl4j.train.CheckpointDirectory} and {@link org.symmem4j.dl4j.train.CheckpointSchedule}:
  *       the checkpoints a run takes itself ({@code checkpointEvery}, {@code resumeFrom}): one directory per step, every
  *       file written atomically and forced, a manifest of sizes and CRC-32Cs written last, torn directories skipped,
