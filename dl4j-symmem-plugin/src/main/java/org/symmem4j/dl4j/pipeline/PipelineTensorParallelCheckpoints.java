@@ -161,7 +161,9 @@ final class PipelineTensorParallelCheckpoints {
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException("checkpoint " + dir + " holds " + any.size() + " stages x tensor-parallel"
                     + " degree " + from + " (its manifest's " + any.size() * from + " files), which this trainer's network"
-                    + " and stage split cannot hold: " + e.getMessage(), e);
+                    + " and stage split cannot hold (" + e.getMessage() + "); expected the network and stage split the"
+                    + " checkpoint was saved from (fix: build the trainer on that network with its stageBoundaries, or"
+                    + " load model.zip and build the trainer on it)", e);
         }
         List<List<Dl4jPipelineStage>> shardsOf = new ArrayList<>(from); // the checkpoint's shard t's stages
         for (int t = 0; t < from; t++) {

@@ -70,6 +70,42 @@ class TensorParallelPipelineResliceTest {
         assertEquals(reference.getIterationCount(), resumed.getIterationCount(), "iterations");
     }
 
+    /**
+     * Group mode (one trainer per rank of a pp 2 x tp 2 group, the ranks threads of one JVM as one process per rank
+     * runs them): a thread-mode checkpoint of tp 4 (group mode writes the same files) re-sliced on every rank, each
+     * reading every old shard of the stages it holds: every rank's model is {@code model.zip} bitwise, and after three
+     * more steps bitwise as thread mode's tp 2 run from {@code model.zip}.
+     */
+    @Test
+    void groupModeReslicesOnEveryRankBitwise(@TempDir Path root) throws Exception {
+        List<DataSet> data = PipelineNets.batches(53, 6, 8, DataType.DOUBLE);
+        Path dir = root.resolve("step3");
+        try (PipelineParallelTrainer trainer = trainer(mlp(), 1, 4).build()) {
+            trainer.fit(new BatchListIterator(data.subList(0, 3)));
+            trainer.saveCheckpoint(dir);
+        }
+        MultiLayerNetwork consolidated = ModelSerializer.restoreMultiLayerNetwork(dir.resolve("model.zip").toFile(),
+                true);
+        MultiLayerNetwork reference = consolidated.clone();
+        try (PipelineParallelTrainer trainer = trainer(reference, 1, 2).build()) {
+            trainer.fit(new BatchListIterator(data.subList(3, 6)));
+        }
+        List<MultiLayerNetwork> resumed = TensorParallelPipelineGroupModeTest.onEveryRank(4, group -> {
+            MultiLayerNetwork mine = mlp();
+            mine.params().muli(0.5); // only the restore can make the runs agree
+            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(mine).group(group)
+                    .tensorParallel(2, BLOCKS).microbatches(2).ompThreadsPerRank(1).build()) {
+                trainer.restoreCheckpoint(dir);
+                PipelineNets.assertSameState(consolidated, mine, "rank " + group.rank() + " re-sliced vs model.zip");
+                trainer.fit(new BatchListIterator(data.subList(3, 6)));
+            }
+            return mine;
+        });
+        for (int r = 0; r < resumed.size(); r++) {
+            PipelineNets.assertSameState(reference, resumed.get(r), "rank " + r + " resumed vs tp 2 from model.zip");
+        }
+    }
+
     @Test
     void anotherStageSplitOfAnotherDegreeIsRefusedWithTheFixAndChangesNothing(@TempDir Path root) throws Exception {
         Path dir = root.resolve("tp4");
