@@ -32,18 +32,25 @@ class TensorParallelPipelineResliceTest {
     }
 
     private static PipelineParallelTrainerBuilder trainer(MultiLayerNetwork model, int dp, int tp) {
-        return PipelineParallelTrainer.builder(model).ranks(2).dataParallel(dp).tensorParallel(tp, BLOCKS)
-                .microbatches(2).ompThreadsPerRank(1);
+        return trainer(model, dp, tp, PipelineSchedule.ONE_F_ONE_B);
     }
 
-    @ParameterizedTest(name = "dp {0} x tp {1} -> dp {2} x tp {3}")
-    @CsvSource({"1, 4, 2, 2", "2, 2, 1, 4"})
+    private static PipelineParallelTrainerBuilder trainer(MultiLayerNetwork model, int dp, int tp,
+                                                          PipelineSchedule schedule) {
+        return PipelineParallelTrainer.builder(model).ranks(2).dataParallel(dp).tensorParallel(tp, BLOCKS)
+                .microbatches(2).schedule(schedule).ompThreadsPerRank(1);
+    }
+
+    /** Also under ZB-H1, whose split layers stand in the stage networks in place of DL4J's. */
+    @ParameterizedTest(name = "dp {0} x tp {1} -> dp {2} x tp {3}, {4}")
+    @CsvSource({"1, 4, 2, 2, ONE_F_ONE_B", "2, 2, 1, 4, ONE_F_ONE_B", "1, 4, 2, 2, ZERO_BUBBLE_H1"})
     void resumedOnAnotherDegreeEqualsThatDegreeRunFromTheConsolidatedStepBitwise(int dpFrom, int tpFrom, int dpTo,
-                                                                                 int tpTo, @TempDir Path root)
+                                                                                 int tpTo, PipelineSchedule schedule,
+                                                                                 @TempDir Path root)
             throws Exception {
         List<DataSet> data = PipelineNets.batches(47, 6, 8, DataType.DOUBLE);
         Path dir = root.resolve("step3");
-        try (PipelineParallelTrainer trainer = trainer(mlp(), dpFrom, tpFrom).build()) {
+        try (PipelineParallelTrainer trainer = trainer(mlp(), dpFrom, tpFrom, schedule).build()) {
             trainer.fit(new BatchListIterator(data.subList(0, 3)));
             trainer.saveCheckpoint(dir);
         }
@@ -51,13 +58,13 @@ class TensorParallelPipelineResliceTest {
                 true);
         // the reference: degree U's pipeline built on the consolidated step, trained on
         MultiLayerNetwork reference = consolidated.clone();
-        try (PipelineParallelTrainer trainer = trainer(reference, dpTo, tpTo).build()) {
+        try (PipelineParallelTrainer trainer = trainer(reference, dpTo, tpTo, schedule).build()) {
             trainer.fit(new BatchListIterator(data.subList(3, 6)));
         }
 
         MultiLayerNetwork resumed = mlp();
         resumed.params().muli(0.5); // only the restore can make the runs agree
-        try (PipelineParallelTrainer trainer = trainer(resumed, dpTo, tpTo).build()) {
+        try (PipelineParallelTrainer trainer = trainer(resumed, dpTo, tpTo, schedule).build()) {
             trainer.restoreCheckpoint(dir);
             assertEquals(3, trainer.resumedFrom().counters().step());
             PipelineNets.assertSameState(consolidated, resumed, "re-sliced onto tp " + tpTo + " vs model.zip");
