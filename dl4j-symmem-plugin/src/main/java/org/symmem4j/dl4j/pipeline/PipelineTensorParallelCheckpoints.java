@@ -16,7 +16,10 @@ import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.ShardedCheckpoints;
+import org.symmem4j.dl4j.tensor.TensorParallelReslice;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
 import org.symmem4j.parallel.Group;
 
@@ -31,10 +34,12 @@ import org.symmem4j.parallel.Group;
  *
  * <p>The state space of the files is the shards one after the other: stage {@code s}'s {@code tp} shards, each
  * {@code len(s)} elements (every shard of a stage has the same layout), after those of the stages before it. A file's
- * header names what wrote it as {@code PIPELINE_TP<tp>}, so a checkpoint of another tensor-parallel degree, or of a
- * pipeline without tensor parallelism, is refused before anything is read, as are another split (each file's
- * parameter range is its stage's range of the whole network, checked against this trainer's) and another updater
- * (each shard's layout fingerprint).
+ * header names what wrote it as {@code PIPELINE_TP<tp>}, so a checkpoint of a pipeline without tensor parallelism is
+ * refused before anything is read, as are another split (each file's parameter range is its stage's range of the
+ * whole network, checked against this trainer's) and another updater (each shard's layout fingerprint). A checkpoint
+ * of another tensor-parallel degree {@code T} (same network, same stage split) is read as degree {@code T}'s trainer
+ * reads it and re-sliced onto this degree per stage ({@link org.symmem4j.dl4j.tensor.TensorParallelReslice}, the
+ * wrapper's re-slice), bit for bit the stages this degree cuts from {@code model.zip}.
  *
  * <p>Who writes what: thread mode writes every file; group mode each rank of replica 0 (world ranks {@code < pp x tp})
  * its shard of its stages, rank 0 also {@code model.zip} (every rank's model holds the whole network after the gather
@@ -45,6 +50,7 @@ import org.symmem4j.parallel.Group;
  */
 final class PipelineTensorParallelCheckpoints {
 
+    private static final Logger LOG = LoggerFactory.getLogger(PipelineTensorParallelCheckpoints.class);
     private static final ShardedCheckpoints.Words WORDS = new ShardedCheckpoints.Words("trainer", "stage shard");
 
     private PipelineTensorParallelCheckpoints() {
@@ -86,7 +92,9 @@ final class PipelineTensorParallelCheckpoints {
     /**
      * Reads every stage shard this process holds (every replica's) from {@code dir}, checked first on every rank; then
      * the stages take what was read and the checkpoint's counters, and the model takes the stages (collective in group
-     * mode). A refusal on any rank makes every rank throw with its stages and model as they were.
+     * mode). A refusal on any rank makes every rank throw with its stages and model as they were. A checkpoint of
+     * another tensor-parallel degree (its manifest names {@code stages x T} files) is re-sliced onto this degree
+     * ({@link #restoreResliced}).
      *
      * @return the manifest's counters, or null for a directory without a manifest
      */
@@ -94,12 +102,16 @@ final class PipelineTensorParallelCheckpoints {
                                                 StageReplicas replicas, Group group, GroupExchange exchange,
                                                 int pipelineRanks) throws IOException {
         int tp = replicas.tensorParallel();
-        Layout layout = Layout.of(replicas);
         List<Held> held = held(replicas, group, pipelineRanks);
+        List<Dl4jPipelineStage> any = held.getFirst().stages(); // every shard of a stage has this layout
+        int saved = CheckpointDirectory.savedRanks(dir); // -1 without a readable manifest: the restore says what is wrong
+        if (saved > 0 && saved != any.size() * tp && saved % any.size() == 0 && saved / any.size() > 1) {
+            return restoreResliced(dir, saved / any.size(), split, model, replicas, held, group, exchange);
+        }
+        Layout layout = Layout.of(any, tp);
         // one scratch array per shard held, of its length: the stages take them once every rank has checked everything
         List<ShardedCheckpoints.Shard> shards = new ArrayList<>();
         List<Runnable> take = new ArrayList<>();
-        List<Dl4jPipelineStage> any = held.getFirst().stages(); // every shard of a stage has this layout
         for (int s = 0; s < any.size(); s++) {
             for (int t = 0; t < tp; t++) {
                 boolean read = false;
@@ -120,16 +132,105 @@ final class PipelineTensorParallelCheckpoints {
                 }
             }
         }
-        ShardedCheckpoints.Reads reads = new ShardedCheckpoints.Reads(Set.of(kind(tp)), "the stage shards of a"
+        ShardedCheckpoints.Restored restored = ShardedCheckpoints.restore(dir, layout.files(), shards, model.model(),
+                WORDS, reads(tp), ShardedCheckpoints.Agreement.over(group, "symmem4j-pipeline-"));
+        // every rank read and checked everything: from here on the stages change
+        take.forEach(Runnable::run);
+        return finish(restored, held, replicas, model, exchange);
+    }
+
+    /**
+     * A checkpoint of another tensor-parallel degree {@code from} (its {@code stages x from} files, this trainer's
+     * stage split): the checkpoint's stage shards are built from the configuration ({@link PipelineTensorParallel#of},
+     * cut at this trainer's boundaries) and read as the trainer that wrote them reads them (every file checked against
+     * its layout: kind {@code PIPELINE_TP<from>}, parameter range, updater), every shard of each stage this process
+     * holds; then each held stage takes its shard of degree {@code tp} of them ({@link TensorParallelReslice}, the
+     * wrapper's re-slice: weights, biases and updater state joined along their split axis and cut anew). Every stage's
+     * fit (layers, divisibility) is checked on every rank before anything is read, so every rank refuses alike and no
+     * stage changes.
+     */
+    private static CheckpointDirectory.Counters restoreResliced(Path dir, int from, PipelineStageSplit split,
+                                                                PipelineModel model, StageReplicas replicas,
+                                                                List<Held> held, Group group, GroupExchange exchange)
+            throws IOException {
+        int tp = replicas.tensorParallel();
+        List<Dl4jPipelineStage> any = held.getFirst().stages();
+        PipelineTensorParallel saved;
+        try {
+            saved = PipelineTensorParallel.of(model.network(), from, replicas.tensorColumns(), split, true);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("checkpoint " + dir + " holds " + any.size() + " stages x tensor-parallel"
+                    + " degree " + from + " (its manifest's " + any.size() * from + " files), which this trainer's network"
+                    + " and stage split cannot hold (" + e.getMessage() + "); expected the network and stage split the"
+                    + " checkpoint was saved from (fix: build the trainer on that network with its stageBoundaries, or"
+                    + " load model.zip and build the trainer on it)", e);
+        }
+        List<List<Dl4jPipelineStage>> shardsOf = new ArrayList<>(from); // the checkpoint's shard t's stages
+        for (int t = 0; t < from; t++) {
+            shardsOf.add(saved.buildStages(t));
+        }
+        // the re-slice of every stage checked first: shapes only, the same on every rank
+        for (int s = 0; s < any.size(); s++) {
+            TensorParallelReslice.check(networks(shardsOf, s), any.get(s).network(), tp);
+        }
+        boolean[] needed = new boolean[any.size()];
+        for (Held h : held) {
+            for (int s = 0; s < needed.length; s++) {
+                needed[s] |= h.stages().get(s).held();
+            }
+        }
+        Layout layout = Layout.of(shardsOf.getFirst(), from);
+        List<ShardedCheckpoints.Shard> shards = new ArrayList<>();
+        List<Runnable> take = new ArrayList<>();
+        for (int s = 0; s < any.size(); s++) {
+            for (int t = 0; t < from; t++) {
+                MultiLayerNetwork shard = shardsOf.get(t).get(s).network();
+                // every shard of a stage this process holds is read; another rank's stages are only checked
+                INDArray scratch = !needed[s] || layout.length(s) == 0 ? null
+                        : Nd4j.create(split.dataType(), layout.length(s));
+                shards.add(layout.shard(split, model, s, t, shard, scratch));
+                take.add(() -> takeContents(shard, scratch));
+            }
+        }
+        ShardedCheckpoints.Restored restored = ShardedCheckpoints.restore(dir, layout.files(), shards, model.model(),
+                WORDS, reads(from), ShardedCheckpoints.Agreement.over(group, "symmem4j-pipeline-"));
+        take.forEach(Runnable::run); // the checkpoint's shards: the stages are as they were
+        // every rank read and checked everything: from here on the stages change
+        for (Held h : held) {
+            for (int s = 0; s < any.size(); s++) {
+                Dl4jPipelineStage stage = h.stages().get(s);
+                if (stage.held()) {
+                    TensorParallelReslice.reslice(networks(shardsOf, s), stage.network(), h.shard(), tp);
+                }
+            }
+        }
+        LOG.info("symmem4j checkpoint: re-sliced the pipeline's tensor-parallel degree {} checkpoint {} onto degree {}",
+                from, dir, tp);
+        return finish(restored, held, replicas, model, exchange);
+    }
+
+    /** Stage {@code s}'s network of every shard, in shard order. */
+    private static List<MultiLayerNetwork> networks(List<List<Dl4jPipelineStage>> shards, int s) {
+        return shards.stream().map(stages -> stages.get(s).network()).toList();
+    }
+
+    /** What a restore reads: files of {@code PIPELINE_TP<tp>}, each with its state ranges. */
+    private static ShardedCheckpoints.Reads reads(int tp) {
+        return new ShardedCheckpoints.Reads(Set.of(kind(tp)), "the stage shards of a"
                 + " pipeline trainer with tensorParallel=" + tp + " (" + kind(tp) + ")", range -> {
                     throw new IllegalArgumentException("a shard file without state ranges (format 1) holds parameters "
                             + range + ": expected " + kind(tp) + " files, which always carry them (fix: restore it into"
                             + " the trainer that wrote it)");
                 }, false, true);
-        ShardedCheckpoints.Restored saved = ShardedCheckpoints.restore(dir, layout.files(), shards, model.model(), WORDS,
-                reads, ShardedCheckpoints.Agreement.over(group, "symmem4j-pipeline-"));
-        // every rank read and checked everything: from here on the stages change
-        take.forEach(Runnable::run);
+    }
+
+    /**
+     * After the stages took the checkpoint: the counters of {@code model.zip} into every stage, then the model takes the
+     * stages (joined, or gathered from every rank: collective).
+     */
+    private static CheckpointDirectory.Counters finish(ShardedCheckpoints.Restored saved, List<Held> held,
+                                                       StageReplicas replicas, PipelineModel model,
+                                                       GroupExchange exchange) {
         // model.zip's counters (checked equal to every file's): of a network, or of the chain graph given to the builder
         int iteration = saved.model() instanceof MultiLayerNetwork n ? n.getIterationCount()
                 : ((ComputationGraph) saved.model()).getConfiguration().getIterationCount();
@@ -202,7 +303,11 @@ final class PipelineTensorParallelCheckpoints {
     private record Layout(int tp, long[] lengths, long[] fingerprints) {
 
         static Layout of(StageReplicas replicas) {
-            List<Dl4jPipelineStage> stages = replicas.all().getFirst(); // hollow or held: the layouts are there
+            return of(replicas.all().getFirst(), replicas.tensorParallel()); // hollow or held: the layouts are there
+        }
+
+        /** The layout of {@code stages} (one shard's, every shard's alike) at tensor-parallel degree {@code tp}. */
+        static Layout of(List<Dl4jPipelineStage> stages, int tp) {
             long[] lengths = new long[stages.size()];
             long[] fingerprints = new long[stages.size()];
             for (int s = 0; s < stages.size(); s++) {
@@ -211,7 +316,7 @@ final class PipelineTensorParallelCheckpoints {
                 lengths[s] = stage.numParams() + (state == null ? 0 : state.length());
                 fingerprints[s] = fingerprint(stage);
             }
-            return new Layout(replicas.tensorParallel(), lengths, fingerprints);
+            return new Layout(tp, lengths, fingerprints);
         }
 
         int files() {

@@ -40,6 +40,8 @@ final class StageReplicas {
     private final PipelineTensorParallelRank tensorRank;
     /** Tensor-parallel ranks per pipeline rank; 1 without tensor parallelism. */
     private final int tensorParallel;
+    /** The column-parallel layers of the tensor-parallel blocks, or null without tensor parallelism. */
+    private final int[] tensorColumns;
     private final int pipelineRanks;
     /** Group mode: this process's rank of the user's group; null in thread mode. */
     private final Group group;
@@ -65,6 +67,7 @@ final class StageReplicas {
         this.dataParallel = dataParallel;
         this.tensorShards = tensorShards;
         this.tensorParallel = tensorParallel;
+        this.tensorColumns = tensorShards != null ? tensorShards.columnLayers() : tensorColumns;
         this.pipelineRanks = pipelineRanks;
         this.group = group;
         int copies = group == null ? dataParallel : 1;
@@ -116,6 +119,11 @@ final class StageReplicas {
 
     int tensorParallel() {
         return tensorParallel;
+    }
+
+    /** {@return the column-parallel layers of the tensor-parallel blocks (a copy), or null without tensor parallelism} */
+    int[] tensorColumns() {
+        return tensorColumns == null ? null : tensorColumns.clone();
     }
 
     /**
