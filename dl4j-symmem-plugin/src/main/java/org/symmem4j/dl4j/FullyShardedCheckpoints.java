@@ -139,6 +139,42 @@ final class FullyShardedCheckpoints {
         }
     }
 
+    /**
+     * Reads a stage-3 checkpoint of any rank count whole into {@code whole}: its parameters, its full updater state
+     * and its counters, as {@link #restore} re-shards N ranks onto M, here onto one rank that owns every block (the
+     * same checks, plan and positional reads). For re-slicing a tensor-parallel shard onto another degree
+     * ({@code TensorParallelResume}). Not collective: the caller agrees with the other ranks after.
+     *
+     * @param dir   a stage-3 checkpoint directory (verified against its manifest here)
+     * @param whole a network of the configuration that wrote it, initialised with its gradient view (not hollow);
+     *              its parameters, updater state and counters are overwritten
+     * @return the manifest's counters
+     * @throws IOException              when a file cannot be read or the checkpoint is torn
+     * @throws IllegalArgumentException when the checkpoint does not fit {@code whole} (named)
+     */
+    static CheckpointDirectory.Counters readWhole(Path dir, ModelReplica whole, ShardedCheckpoints.Words words)
+            throws IOException {
+        INDArray params = whole.params();
+        long count = params.length();
+        UpdaterLayout layout = UpdaterLayout.of(whole.dl4jUpdater(), count);
+        List<ShardedCheckpoints.Range> all = List.of(new ShardedCheckpoints.Range(0, count));
+        INDArray state = whole.updaterState();
+        ShardedCheckpoints.Shard states = new ShardedCheckpoints.Shard(0, STAGE, params.dataType(), count, all,
+                layout.stateCount(), state == null ? List.of() : layout.stateRanges(0, count), layout.fingerprint(),
+                whole.iterationCount(), whole.epochCount(), state);
+        ShardedCheckpoints.Shard blocks = new ShardedCheckpoints.Shard(0, STAGE, params.dataType(), count, all, count,
+                all, unitsFingerprint(whole), whole.iterationCount(), whole.epochCount(), params);
+        ShardedCheckpoints.Reads reads = new ShardedCheckpoints.Reads(Set.of(STAGE),
+                "ZeRO stage-3 shards (PARAMETERS: parameter and updater-state shards)",
+                r -> layout.stateRanges(r.start(), r.end()), false, false);
+        CheckpointDirectory.Counters c = ShardedCheckpoints.restore(dir, 1, List.of(states), List.of(blocks),
+                whole.model(), words, reads, (tag, failure) -> {
+                }).counters();
+        whole.setIterationCount(c.iteration());
+        whole.setEpochCount(c.epoch());
+        return c;
+    }
+
     /** {@link #restore} of a stage-3 checkpoint's shards into {@code states} and {@code params}, then the workers'. */
     private static CheckpointDirectory.Counters restoreShards(Path dir, List<DataParallelWorker> workers,
                                                               ModelReplica model, ShardedCheckpoints.Words words,
@@ -294,9 +330,20 @@ final class FullyShardedCheckpoints {
      * parameters: equal for the same network configuration, whatever the rank count.
      */
     static long unitsFingerprint(FullySharded fs) {
+        return unitsFingerprint(fs.units().stream()
+                .map(u -> new ShardedCheckpoints.Range(u.offset(), u.offset() + u.length())).toList());
+    }
+
+    /** {@link #unitsFingerprint(FullySharded)} of a whole network: its layers' parts of the flat vector, by offset. */
+    private static long unitsFingerprint(ModelReplica whole) {
+        return unitsFingerprint(whole.layerSlices().stream().map(l -> new ShardedCheckpoints.Range(l.start(), l.end()))
+                .sorted(java.util.Comparator.comparingLong(ShardedCheckpoints.Range::start)).toList());
+    }
+
+    private static long unitsFingerprint(List<ShardedCheckpoints.Range> units) {
         StringBuilder b = new StringBuilder("units");
-        for (FullySharded.Unit u : fs.units()) {
-            b.append(';').append(u.offset()).append('+').append(u.length());
+        for (ShardedCheckpoints.Range u : units) {
+            b.append(';').append(u.start()).append('+').append(u.length());
         }
         CRC32 crc = new CRC32();
         crc.update(b.toString().getBytes(StandardCharsets.UTF_8));

@@ -18,16 +18,15 @@ import org.symmem4j.dl4j.train.CheckpointLayout;
 
 /**
  * A wrapper's restore of a checkpoint of another tensor-parallel degree (a {@code dp x tp = A x T} run's, resumed on
- * {@code B x U}): every tp rank's {@code model.zip} of that step (its shard with the full updater state, which a plain
- * or ZeRO-1/2 checkpoint holds) is read, the shards are re-sliced onto this rank's shard of degree U
+ * {@code B x U}): every tp rank's shard of that step is read whole with its full updater state (a plain or ZeRO-1/2
+ * checkpoint's {@code model.zip}; a ZeRO stage 3 checkpoint's parameter and state shards of its dp ranks, assembled
+ * into a network of the old degree's shape by {@link FullyShardedCheckpoints#readWhole}), the shards are re-sliced onto this rank's shard of degree U
  * ({@link TensorParallelReslice}: each tensor-parallel layer's weights, biases and updater state cut along their split
  * axis anew), and the result is restored as a model-only checkpoint would be: into the model and replicas, and with
  * ZeRO stages 1 and 2 cut into this wrapper's dp shards ({@link ShardedCheckpoints#cutFromModel}). Every file is
  * verified against its manifest and everything checked (equal counters in every shard, layers, divisibility) before
  * anything is written, and every rank of the trainer agrees on the outcome first ({@link CheckpointLayout#agree}).
  * With ZeRO stage 3 each worker takes its blocks of the re-sliced shard ({@link FullyShardedCheckpoints#copyFromModel}).
- *
- * <p>Not re-sliced: a ZeRO stage 3 checkpoint (it holds no {@code model.zip}), refused with the fix.
  */
 final class TensorParallelResume {
 
@@ -88,11 +87,11 @@ final class TensorParallelResume {
                         + marker.strip().replace('\n', ' ') + ": expected " + expected.strip().replace('\n', ' ')
                         + " (another rank's shard in its directory; fix: restore an earlier, intact checkpoint)");
             }
-            if (!Files.isRegularFile(dir.resolve(ShardCheckpoint.MODEL_FILE))) {
-                throw new IllegalArgumentException("checkpoint " + dir + " has no " + ShardCheckpoint.MODEL_FILE + " (a"
-                        + " ZeRO stage 3 checkpoint holds only parameter and state shards): re-slicing another"
-                        + " tensor-parallel degree reads each tp rank's " + ShardCheckpoint.MODEL_FILE + " (fix: resume on"
-                        + " degree " + dirs.size() + ", or write a checkpoint there with a stage 1 or 2 wrapper first)");
+            if (!Files.isRegularFile(dir.resolve(ShardCheckpoint.MODEL_FILE))
+                    && !FullyShardedCheckpoints.hasParameterShards(dir)) {
+                throw new IllegalArgumentException("checkpoint " + dir + " has neither " + ShardCheckpoint.MODEL_FILE
+                        + " nor ZeRO stage 3's parameter shards: expected a tensor-parallel rank's whole shard in one of"
+                        + " them (fix: restore an earlier, complete checkpoint)");
             }
             if (first == null) {
                 first = c;
@@ -106,25 +105,56 @@ final class TensorParallelResume {
         return first;
     }
 
-    /** Every rank's {@code model.zip} read and re-sliced into a fresh copy of this rank's network; nothing else written. */
+    /**
+     * Every old rank's shard read whole ({@code model.zip}, or a stage-3 checkpoint's shards assembled) and re-sliced
+     * into a fresh copy of this rank's network; nothing else written.
+     */
     private static ModelReplica reslice(List<Path> dirs, CheckpointLayout layout, ModelReplica model)
             throws IOException {
         ModelReplica target = model.blankCopy();
+        int degree = dirs.size();
         if (target.model() instanceof MultiLayerNetwork net) {
             List<MultiLayerNetwork> shards = new ArrayList<>();
             for (Path dir : dirs) {
-                shards.add(ModelSerializer.restoreMultiLayerNetwork(modelFile(dir), true));
+                if (FullyShardedCheckpoints.hasParameterShards(dir)) {
+                    MultiLayerNetwork old = new MultiLayerNetwork(TensorParallelReslice.configurationFor(
+                            net.getLayerWiseConfigurations(), degree));
+                    old.init();
+                    shards.add((MultiLayerNetwork) assembled(dir, old));
+                } else {
+                    shards.add(ModelSerializer.restoreMultiLayerNetwork(modelFile(dir), true));
+                }
             }
             TensorParallelReslice.reslice(shards, net, layout.rank(), layout.size());
         } else {
             ComputationGraph graph = (ComputationGraph) target.model();
             List<ComputationGraph> shards = new ArrayList<>();
             for (Path dir : dirs) {
-                shards.add(ModelSerializer.restoreComputationGraph(modelFile(dir), true));
+                if (FullyShardedCheckpoints.hasParameterShards(dir)) {
+                    ComputationGraph old = new ComputationGraph(TensorParallelReslice.configurationFor(
+                            graph.getConfiguration(), degree));
+                    old.init();
+                    shards.add((ComputationGraph) assembled(dir, old));
+                } else {
+                    shards.add(ModelSerializer.restoreComputationGraph(modelFile(dir), true));
+                }
             }
             TensorParallelReslice.reslice(shards, graph, layout.rank(), layout.size());
         }
         return target;
+    }
+
+    /** A stage-3 checkpoint's dp shards assembled into {@code old}, a network of the old degree's shard shape. */
+    private static org.deeplearning4j.nn.api.Model assembled(Path dir, org.deeplearning4j.nn.api.Model old)
+            throws IOException {
+        ModelReplica whole = ModelReplica.of(old);
+        if (old instanceof MultiLayerNetwork n) {
+            n.initGradientsView();
+        } else {
+            ((ComputationGraph) old).initGradientsView();
+        }
+        FullyShardedCheckpoints.readWhole(dir, whole, WrapperCheckpoints.WORDS);
+        return old;
     }
 
     private static File modelFile(Path dir) {

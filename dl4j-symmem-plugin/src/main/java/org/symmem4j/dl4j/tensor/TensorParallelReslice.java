@@ -6,6 +6,10 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeSet;
 import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
+import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.graph.GraphVertex;
+import org.deeplearning4j.nn.conf.graph.LayerVertex;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
@@ -102,6 +106,81 @@ public final class TensorParallelReslice {
         write(pairsOf(from, target, size), from.stream().map(ParameterUpdaterState::of).toList(), ParameterUpdaterState.of(target), rank);
         target.getConfiguration().setIterationCount(from.getFirst().getIterationCount());
         target.getConfiguration().setEpochCount(from.getFirst().getEpochCount());
+    }
+
+    /**
+     * The configuration of every rank's shard of degree {@code size} of the network whose shard of another degree has
+     * configuration {@code shard} (not changed): each tensor-parallel layer's split dimension (a column-parallel or
+     * vocabulary output's nOut, a row-parallel or vocabulary embedding's nIn) scaled from its degree to {@code size}.
+     * For reading a checkpoint of another degree that holds no configuration (ZeRO stage 3's parameter and state
+     * shards) into networks of that degree's shape.
+     *
+     * @param shard a shard's configuration, of any degree
+     * @param size  the degree to shape it for
+     * @return a new configuration
+     * @throws IllegalArgumentException when {@code size} does not divide a split dimension (naming it and the degrees
+     *                                  that work)
+     */
+    public static MultiLayerConfiguration configurationFor(MultiLayerConfiguration shard, int size) {
+        MultiLayerConfiguration conf = shard.clone();
+        for (int l = 0; l < conf.getConfs().size(); l++) {
+            redegree(conf.getConf(l).getLayer(), "layer " + l, size);
+        }
+        return conf;
+    }
+
+    /**
+     * As {@link #configurationFor(MultiLayerConfiguration, int)}, for graphs.
+     *
+     * @param shard a shard's configuration, of any degree
+     * @param size  the degree to shape it for
+     * @return a new configuration
+     * @throws IllegalArgumentException when {@code size} does not divide a split dimension
+     */
+    public static ComputationGraphConfiguration configurationFor(ComputationGraphConfiguration shard, int size) {
+        ComputationGraphConfiguration conf = shard.clone();
+        for (Map.Entry<String, GraphVertex> v : conf.getVertices().entrySet()) {
+            if (v.getValue() instanceof LayerVertex lv) {
+                redegree(lv.getLayerConf().getLayer(), "vertex '" + v.getKey() + "'", size);
+            }
+        }
+        return conf;
+    }
+
+    /** A tensor-parallel layer's split dimension and degree set for {@code size}; any other layer left as it is. */
+    private static void redegree(org.deeplearning4j.nn.conf.layers.Layer layer, String name, int size) {
+        switch (layer) {
+            case ColumnParallelDenseLayer c -> {
+                c.setNOut(scaled(c.getNOut(), c.getTensorParallelSize(), size, name, "nOut"));
+                c.setTensorParallelSize(size);
+            }
+            case RowParallelDenseLayer r -> {
+                r.setNIn(scaled(r.getNIn(), r.getTensorParallelSize(), size, name, "nIn"));
+                r.setTensorParallelSize(size);
+            }
+            case VocabParallelEmbeddingLayer e -> {
+                e.setNIn(scaled(e.getNIn(), e.getTensorParallelSize(), size, name, "nIn"));
+                e.setTensorParallelSize(size);
+            }
+            case VocabParallelOutputLayer o -> {
+                o.setNOut(scaled(o.getNOut(), o.getTensorParallelSize(), size, name, "nOut"));
+                o.setTensorParallelSize(size);
+            }
+            default -> {
+            }
+        }
+    }
+
+    /** A shard's block of {@code block} elements at degree {@code from}, at degree {@code size}. */
+    private static long scaled(long block, int from, int size, String name, String dimension) {
+        long whole = block * from;
+        if (whole % size != 0) {
+            throw new IllegalArgumentException("tensor-parallel degree " + from + "'s shards cannot be shaped for degree "
+                    + size + ": " + name + " splits " + dimension + "=" + whole + ", not divisible by " + size
+                    + ": expected a degree that divides it, degrees that work: " + degreesThatWork(List.of(whole))
+                    + " (fix: use one of those tensor-parallel degrees)");
+        }
+        return whole / size;
     }
 
     /** Every rank's layer of one position (old degree) and this rank's (new degree); {@code name} keys the state. */

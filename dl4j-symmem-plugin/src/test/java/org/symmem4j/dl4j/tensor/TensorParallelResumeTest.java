@@ -37,7 +37,8 @@ import org.symmem4j.parallel.group.InJvmWorld;
 /**
  * A tensor-parallel checkpoint of a {@code dp x tp = A x T} run resumed on {@code B x U} (issue 32): every rank
  * re-slices the T shards' weights, biases and updater state (Adam's moments) along each tensor-parallel layer's split
- * axis onto its own shard of degree U, and the dp shards (ZeRO 1-3) are cut from that as from a model-only checkpoint.
+ * axis onto its own shard of degree U, and the dp shards (ZeRO 1-3) are cut from that as from a model-only checkpoint;
+ * a ZeRO stage 3 checkpoint's tp shards are first assembled from their dp ranks' parameter and state shards.
  * Training on equals, bitwise, the uninterrupted run at the new degree started from the consolidated parameters and
  * updater state of that step ({@link TensorParallel#gather} of the old degree's shards, {@link TensorParallel#shard}
  * for the new): for a network of two column/row blocks, one with both vocabulary ends split, a graph's block, and a
@@ -177,10 +178,14 @@ class TensorParallelResumeTest {
         "BLOCKS, 2, 2, 1, 4, OPTIMIZER_STATE, OPTIMIZER_STATE",
         "BLOCKS, 1, 4, 2, 2, GRADIENTS, GRADIENTS",
         "BLOCKS, 1, 4, 2, 2, OPTIMIZER_STATE, PARAMETERS",
+        "BLOCKS, 2, 2, 1, 4, PARAMETERS, PARAMETERS",
+        "BLOCKS, 1, 4, 2, 2, PARAMETERS, OPTIMIZER_STATE",
+        "VOCABULARY, 2, 2, 1, 4, PARAMETERS, NONE",
         "VOCABULARY, 2, 2, 1, 4, NONE, NONE",
         "VOCABULARY, 1, 4, 2, 1, OPTIMIZER_STATE, OPTIMIZER_STATE",
         "GRAPH, 1, 2, 2, 1, OPTIMIZER_STATE, OPTIMIZER_STATE",
         "GRAPH, 2, 2, 1, 4, NONE, NONE",
+        "GRAPH, 2, 2, 1, 4, PARAMETERS, PARAMETERS",
         "VOCABULARY_GRAPH, 1, 4, 2, 2, NONE, NONE"})
     void resumedOnAnotherTensorParallelDegreeEqualsTheRunAtThatDegreeFromTheConsolidatedStep(
             Kind kind, int a, int t, int b, int u, String stage, String then) throws IOException {
@@ -231,39 +236,6 @@ class TensorParallelResumeTest {
         for (int r = 0; r < u; r++) {
             assertTrue(dirs.contains("tp-" + r + "-of-" + u), dirs.toString());
         }
-    }
-
-    /**
-     * A ZeRO stage 3 checkpoint holds no {@code model.zip} to re-slice: on another degree it is refused on every rank,
-     * with the fix, before anything is read into a model or written under the root.
-     */
-    @Test
-    void aStage3CheckpointIsRefusedOnAnotherDegreeWithTheFix() throws IOException {
-        Path root = tmp.resolve("stage3");
-        killed(Kind.BLOCKS, 2, 2, root, ZeroStage.PARAMETERS);
-        List<String> before = TensorParallelCheckpointTest.tree(root);
-        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
-        List<String> refusals = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
-                group -> {
-                    try (DeviceMesh m = DeviceMesh.of(group, "dp", 1, "tp", 4);
-                         Communicator c = Communicator.create(m.group("tp"))) {
-                        MultiLayerNetwork mine = TensorParallel.shard(initial, m.group("tp").rank(), 4, 0, 2);
-                        mine.params().addi(0.25);
-                        TensorParallel.attach(mine, c);
-                        double[] params = mine.params().dup().toDoubleVector();
-                        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                                () -> SymmemParallelWrapper.builder(mine).group(m.group("dp")).ompThreadsPerWorker(1)
-                                        .resumeFrom(root).build());
-                        assertArrayEquals(params, mine.params().toDoubleVector(), "nothing read into the model");
-                        return e.getMessage();
-                    }
-                });
-        for (String message : refusals) {
-            assertEquals(refusals.getFirst(), message, "every rank the same refusal");
-            assertTrue(message.contains("has no model.zip (a ZeRO stage 3 checkpoint holds only parameter and state"
-                    + " shards)") && message.contains("fix: resume on degree 2"), message);
-        }
-        assertEquals(before, TensorParallelCheckpointTest.tree(root), "nothing written under the root");
     }
 
     /** Two blocks as {@link TensorParallelTest#unsharded}, {@code width} wide, float64. */
