@@ -47,9 +47,11 @@ final class DataParallelSteps {
         this.timeline = timeline;
         this.pool = pool;
         // ZeRO's shrink goes back to a checkpoint (ShardedShrink), never to the step's start: no copy; hybrid
-        // sharding's goes back to it (HybridShrink), and keeps this rank's own blocks and updater-state shard
-        this.stepStart = settings.shrinks() && settings.group() != null
-                && (settings.sharding() == null || settings.shardGroupSize() > 0) ? new StepStart() : null;
+        // sharding's goes back to it (HybridShrink), and keeps each worker's own blocks and updater-state shard, in
+        // group mode and as threads (where a shard group split between the step's start and end holds no whole copy);
+        // plain data parallelism's threads each hold a whole replica: the one at the start is enough
+        this.keepsStepStart = settings.shrinks() && (settings.shardGroupSize() > 0
+                || settings.group() != null && settings.sharding() == null);
     }
 
     /** {@return the steps done so far, over every {@code fit}: the next step's number} */
@@ -77,16 +79,24 @@ final class DataParallelSteps {
      * another's failure): the step, the dead workers (rank order; in group mode empty: this rank's failure only
      * echoes a peer's, and the group's membership authority names the dead), what {@code fit} throws if the survivors
      * are too few, the replicas' iteration count when the step was handed out (every replica's: the workers were
-     * idle), in group mode this rank's state at the step's start ({@code stepStart}; null in thread mode, and with ZeRO
-     * sharding other than hybrid, whose shrink goes back to a checkpoint), and when the wrapper's thread had every worker's outcome
+     * idle), each local worker's state at the step's start ({@code stepStarts}, by local worker: group mode's one, plain
+     * or hybrid; every thread's with hybrid sharding; empty for plain threads, and with ZeRO sharding other than hybrid,
+     * whose shrink goes back to a checkpoint), and when the wrapper's thread had every worker's outcome
      * ({@link System#nanoTime()}).
      */
     record LostWorkers(long step, List<Integer> dead, RuntimeException failure, int iterationAtStart,
-                       StepStart stepStart, long failedNanos) {
+                       List<StepStart> stepStarts, long failedNanos) {
+
+        /** {@return group mode's one worker's state at the step's start} */
+        StepStart stepStart() {
+            return stepStarts.getFirst();
+        }
     }
 
-    /** Group mode under SHRINK: this rank's state at the current step's start; null otherwise. */
-    private final StepStart stepStart;
+    /** Under SHRINK, plain in group mode or hybrid sharding in either mode: whether {@link #stepStarts} are kept. */
+    private final boolean keepsStepStart;
+    /** Each local worker's state at the current step's start (by local worker; grown as needed); empty if none. */
+    private final List<StepStart> stepStarts = new ArrayList<>();
 
     /** Commits the step's JFR events of the workers that returned a result (a failed worker's stays uncommitted). */
     private void commitStepEvents(TrainingStepEvent[] events, DataParallelWorker.Result[] results, int first, int k,
@@ -135,8 +145,13 @@ final class DataParallelSteps {
         int first = settings.firstLocalRank();
         int local = workers.size();
         int iterationAtStart = workers.getFirst().replica().iterationCount(); // idle workers: every replica's
-        if (stepStart != null) {
-            stepStart.take(workers.getFirst()); // (group mode: one worker, idle)
+        if (keepsStepStart) {
+            for (int j = 0; j < local; j++) { // idle workers (group mode: one)
+                if (stepStarts.size() == j) {
+                    stepStarts.add(new StepStart());
+                }
+                stepStarts.get(j).take(workers.get(j));
+            }
         }
         TrainingStepEvent[] jfr = TrainingStepEvent.beginAll(local); // null unless a JFR recording enables them
         DataParallelWorker.Result[] jfrResults = jfr == null ? null : new DataParallelWorker.Result[local];
@@ -218,7 +233,8 @@ final class DataParallelSteps {
                 throw failure;
             }
             return new StepOutcome(null, following, new LostWorkers(step, settings.group() != null ? List.of() : dead,
-                    failure, iterationAtStart, stepStart, System.nanoTime()));
+                    failure, iterationAtStart, List.copyOf(stepStarts.subList(0, keepsStepStart ? local : 0)),
+                    System.nanoTime()));
         }
         // DL4J's score of one model on the merged batch: each worker's mean loss (its score less the
         // regularization term) weighted by its examples, plus the term once

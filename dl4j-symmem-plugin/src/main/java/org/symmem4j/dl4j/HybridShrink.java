@@ -27,7 +27,9 @@ import org.symmem4j.parallel.Group;
  * <p>The last step every survivor completed: in thread mode a row's workers are stopped by the abort in the same step;
  * a worker whose step got past its update (the dead one failed after its last collective) holds the step's end, the
  * others its start. The survivors go on from the smallest iteration count among them, taken from the first surviving
- * row whose S workers all hold it (a row split between the step's start and end holds no whole copy of either). In
+ * row: a worker of it that holds that count gives its blocks, one whose update ran gives its copy of the step's start
+ * ({@link StepStart}, which every worker keeps under SHRINK with HSDP: a row split between the step's start and end
+ * holds no whole copy of either, and no other row need hold the start whole). In
  * group mode each survivor holds only its own blocks, and writes them itself: the survivors agree on the smallest
  * iteration count and the failed step ({@link SurvivorSteps}, as plain data parallelism's shrink does), and a survivor
  * that went past its update while another did not goes back to its own copy of the step's start ({@link StepStart}).
@@ -51,6 +53,7 @@ final class HybridShrink {
      * @param model    the wrapper's model (not started from a configuration: it holds the whole state)
      * @param all      every worker of the old world, in rank order
      * @param settings the old settings (thread mode, {@code shardGroupSize} S &gt; 0)
+     * @param lost     the failed step, with every worker's copy of its start ({@link StepStart})
      * @throws DataParallelTrainingException when no whole copy survives (every row lost a worker: with one row left,
      *                                       the only copy), or fewer than {@code minWorkers} would survive
      */
@@ -73,29 +76,21 @@ final class HybridShrink {
                 iteration = Math.min(iteration, all.get(w).replica().iterationCount());
             }
         }
-        int from = -1;
-        for (int row = 0; row < rows && from < 0; row++) {
-            boolean whole = !lostRows.contains(row);
-            for (int w = row * s; w < (row + 1) * s && whole; w++) {
-                whole = all.get(w).replica().iterationCount() == iteration;
-            }
-            from = whole ? row : -1;
-        }
-        if (from < 0) {
-            DataParallelTrainingException e = new DataParallelTrainingException("data-parallel fit failed: worker(s) "
-                    + lost.dead() + " failed at step " + lost.step() + " (" + cause + ") and no surviving shard group"
-                    + " holds the last step every survivor completed (iteration " + iteration + ") on all its "
-                    + s + " workers: some workers' updates ran and others' did not; expected a death before or after a"
-                    + " step's collectives; the model is as it was before this fit (fix: " + RESTART + ")",
-                    lost.dead().getFirst(), lost.step(), cause);
-            e.addSuppressed(lost.failure());
-            throw e;
+        // the first surviving row: its workers at that count hold it; one whose update ran (one step ahead: a row split
+        // between the step's start and end, as where the abort reached it decides) goes back to its copy of the start
+        int from = 0;
+        while (lostRows.contains(from)) {
+            from++;
         }
         // the row's workers are idle (their tasks ended with the failed step, whose result's completion ordered their
         // writes before this thread's reads): their blocks and shards cover every element once, as every row's do
         INDArray full = model.updaterState();
         for (int w = from * s; w < (from + 1) * s; w++) {
             DataParallelWorker worker = all.get(w);
+            if (worker.replica().iterationCount() != iteration) {
+                lost.stepStarts().get(w).restoreShardInto(model, worker); // its counters too: the step's start
+                continue;
+            }
             MemorySegment kept = worker.ownBlocksAtFailure(); // a failed step's thread freed its memory at its end
             if (kept != null) {
                 worker.fullySharded().unpackOwnBlocksTo(kept, model.params());
@@ -105,10 +100,9 @@ final class HybridShrink {
             if (full != null) {
                 worker.sharded().exportState(full);
             }
+            model.setIterationCount(iteration);
+            model.setEpochCount(worker.replica().epochCount());
         }
-        ModelReplica first = all.get(from * s).replica();
-        model.setIterationCount(first.iterationCount());
-        model.setEpochCount(first.epochCount());
         return new Survivors(survivors, iteration);
     }
 

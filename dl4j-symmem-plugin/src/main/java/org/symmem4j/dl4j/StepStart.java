@@ -6,9 +6,11 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
 
 /**
- * A rank's state at the start of a step (group mode under {@link WorkerFailure#SHRINK}): the survivors of a peer's
- * death may have got past their update when others had not, and then every survivor goes back to the step's start
- * ({@link SurvivorSteps}), which only this copy still holds. Plain data parallelism keeps the replica's parameters
+ * A worker's state at the start of a step (under {@link WorkerFailure#SHRINK}: group mode's one worker, plain or
+ * hybrid; with hybrid sharding also every worker thread): the survivors of a peer's death may have got past their
+ * update when others had not, and then every survivor goes back to the step's start ({@link SurvivorSteps}; as
+ * threads, {@link HybridShrink#takeSurvivingReplica}), which only this copy still holds. Plain data parallelism's
+ * threads keep none: each holds a whole replica, and the one stopped at the start gives it. Plain data parallelism keeps the replica's parameters
  * and updater state; hybrid sharding (HSDP, {@link HybridShrink}) this rank's own parameter blocks and its shard of
  * the updater state: 1/S of the model, all a survivor writes into the model at the shrink. Allocated once,
  * overwritten at each step's start (a copy: memory bandwidth, no allocation). ZeRO stages without hybrid sharding
@@ -18,7 +20,7 @@ import org.nd4j.linalg.factory.Nd4j;
  * shard (the rank at the same place of another shard group): where the abort reached each survivor decides who still
  * holds the start, not its place. Each shard (column) is summed over the groups by its own all-reduce, and a collective
  * that an abort cuts short can complete on some of its ranks and not on others, so no surviving replica of a shard need
- * still hold its start (thread mode meets this as a shard group split between the step's start and end). The own copy
+ * still hold its start (thread mode meets this as shard groups split between the step's start and end). The own copy
  * is there whatever happened, needs no transfer over the survivors' new group (a peer's would be a point-to-point of
  * 1/S of the state per rank that went ahead, and a fallback when no peer holds it), and is the plain shrink's mechanism
  * reused; it costs one local copy of 1/S of the parameters and updater state per step, and that much memory.

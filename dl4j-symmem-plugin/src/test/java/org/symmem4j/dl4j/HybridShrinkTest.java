@@ -186,18 +186,26 @@ class HybridShrinkTest {
 
     /**
      * The survivors split between the step's start and end, made deterministic: at their update of step 2 (every sum
-     * done), old rank 0 waits until the ranks of shard group 1 (2, 3) start theirs, then fails (it is the dead one);
-     * the ranks of shard group 2 (4, 5) wait for that and throw a {@link PeerTimeoutException} before changing
+     * done), old rank 0 waits until the two {@code ahead} ranks (group mode: shard group 1's, 2 and 3) start theirs,
+     * then fails (it is the dead one); the other two of ranks 2..5 (group mode: 4 and 5) wait for that and throw a {@link PeerTimeoutException} before changing
      * anything, as when the abort cuts their group's last sum short (the state a group the abort reached there holds:
      * the step's start, a kept copy of its blocks). Rank 1 goes on and leaves with its group. Each rank acts once.
      */
-    private record Stall(java.util.concurrent.atomic.AtomicBoolean[] armed, java.util.concurrent.CountDownLatch groupOneUpdates,
-                         java.util.concurrent.CountDownLatch deadFailed, java.util.concurrent.atomic.AtomicInteger stopped) {
+    private record Stall(java.util.concurrent.atomic.AtomicBoolean[] armed, java.util.concurrent.CountDownLatch aheadUpdates,
+                         java.util.concurrent.CountDownLatch deadFailed, java.util.concurrent.atomic.AtomicInteger stopped,
+                         List<Integer> ahead) {
 
+        /** Group 1 (ranks 2, 3) ahead, group 2 (4, 5) stopped. */
         Stall() {
+            this(2, 3);
+        }
+
+        /** Ranks {@code a} and {@code b} ahead (their update runs), the other two survivors of 2..5 stopped. */
+        Stall(int a, int b) {
             this(java.util.stream.IntStream.range(0, 6).mapToObj(r -> new java.util.concurrent.atomic.AtomicBoolean(true))
                     .toArray(java.util.concurrent.atomic.AtomicBoolean[]::new), new java.util.concurrent.CountDownLatch(2),
-                    new java.util.concurrent.CountDownLatch(1), new java.util.concurrent.atomic.AtomicInteger());
+                    new java.util.concurrent.CountDownLatch(1), new java.util.concurrent.atomic.AtomicInteger(),
+                    List.of(a, b));
         }
 
         void act() {
@@ -211,12 +219,15 @@ class HybridShrinkTest {
             }
             switch (r) {
                 case 0 -> {
-                    await(groupOneUpdates);
+                    await(aheadUpdates);
                     deadFailed.countDown();
                     throw new IllegalStateException("injected fault in rank 0's update");
                 }
-                case 2, 3 -> groupOneUpdates.countDown(); // its update goes on: no collective inside or after it
-                case 4, 5 -> {
+                case 2, 3, 4, 5 -> {
+                    if (ahead.contains(r)) {
+                        aheadUpdates.countDown(); // its update goes on: no collective inside or after it
+                        return;
+                    }
                     await(deadFailed);
                     stopped.incrementAndGet();
                     throw new PeerTimeoutException("injected: rank " + r + "'s sum over the shard groups aborted", r,
@@ -343,7 +354,7 @@ class HybridShrinkTest {
         } finally {
             stall = null;
         }
-        assertEquals(0, faults.groupOneUpdates().getCount(), "ranks 2 and 3 ran their update of step 2");
+        assertEquals(0, faults.aheadUpdates().getCount(), "ranks 2 and 3 ran their update of step 2");
         assertEquals(2, faults.stopped().get(), "ranks 4 and 5 were stopped before theirs");
         assertTrue(left.get(1) != null && left.get(1).contains("leaves at step"), String.valueOf(left));
         MultiLayerNetwork ref = reference(Nets.mlp(new StallingAdam(), DataType.DOUBLE), data, new int[] {6, 4},
@@ -352,6 +363,43 @@ class HybridShrinkTest {
             assertNull(failures.get(r), "survivor " + r + "'s fit failed");
             assertSameState(ref, ends.get(r), "group mode, rank " + r + " after rank 0 died past group 1's updates");
         }
+    }
+
+    /**
+     * Threads, the survivors split inside each surviving shard group (issue 32): worker 0 dies in its update of step 2
+     * after workers 2 and 4 ran theirs (iteration 3), while 3 and 5 were stopped before theirs (iteration 2)
+     * ({@link Stall}): neither surviving group holds step 2's start (nor its end) on both its workers. The survivors go
+     * on from iteration 2: group 1's worker 3 gives the blocks it kept, worker 2 its copy of the step's start
+     * ({@link StepStart}); the four redo step 2 and end bitwise as HSDP 3 x 2 for steps 0-1, then 2 x 2 from batch 12.
+     * Before, the fit failed: "no surviving shard group holds the last step every survivor completed".
+     */
+    @Test
+    void threadsSplitInsideEverySurvivingGroupGoBackToTheirStepStartAndEndBitwiseAsHsdpOnThem() {
+        List<DataSet> data = Nets.batches(98, 30, 6, DataType.DOUBLE);
+        MultiLayerNetwork net = Nets.mlp(new StallingAdam(), DataType.DOUBLE);
+        Stall faults = new Stall(2, 4);
+        stall = faults;
+        ShrinkReport s;
+        try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(net).workers(6).ompThreadsPerWorker(1)
+                .sharding(ZeroStage.PARAMETERS).shardGroupSize(S).onWorkerFailure(WorkerFailure.SHRINK).build()) {
+            wrapper.fit(new BatchListIterator(data));
+            assertEquals(4, wrapper.workers());
+            assertEquals(1, wrapper.shrinks().size());
+            s = wrapper.shrinks().getFirst();
+            assertReplicasAgree(wrapper, net);
+        } finally {
+            stall = null;
+        }
+        assertEquals(0, faults.aheadUpdates().getCount(), "workers 2 and 4 ran their update of step 2");
+        assertEquals(2, faults.stopped().get(), "workers 3 and 5 were stopped before theirs");
+        assertEquals(List.of(2L, 2L), List.of(s.step(), s.resumedAt()));
+        assertTrue(s.redone());
+        assertEquals(List.of(0), s.dead());
+        assertEquals(List.of(6, 4), List.of(s.workersBefore(), s.workersAfter()));
+        assertTrue(s.failure().contains("injected fault in rank 0's update"), s.failure());
+        MultiLayerNetwork ref = reference(Nets.mlp(new StallingAdam(), DataType.DOUBLE), data, new int[] {6, 4},
+                new int[] {0, 12});
+        assertSameState(ref, net, "threads, worker 0 dead with workers 2 and 4 past their update of step 2");
     }
 
     @Test
