@@ -56,7 +56,15 @@ class PipelineSyncBatchNormTest {
                         PipelineSchedule.ONE_F_ONE_B, 1, 4, new int[] {3}),
                 Arguments.of("conv log10-std, interleaved v=2",
                         PipelineModels.convBatchNorm(new Sgd(LEARNING_RATE), true), PipelineModels.Data.IMAGES,
-                        PipelineSchedule.INTERLEAVED, 2, 4, new int[] {1, 3, 4}));
+                        PipelineSchedule.INTERLEAVED, 2, 4, new int[] {1, 3, 4}),
+                // ZB-H1: BatchNormalization's backward does not split, so it runs whole in the input-gradient action
+                // (its statistic-gradient all-reduce there); the dense and output layers around it split
+                Arguments.of("dense variance, ZB-H1, BN in the first stage",
+                        PipelineModels.denseBatchNorm(new Sgd(LEARNING_RATE), false), PipelineModels.Data.DENSE,
+                        PipelineSchedule.ZERO_BUBBLE_H1, 1, 4, new int[] {3}),
+                Arguments.of("conv log10-std, ZB-H1, BN in both stages",
+                        PipelineModels.convBatchNorm(new Sgd(LEARNING_RATE), true), PipelineModels.Data.IMAGES,
+                        PipelineSchedule.ZERO_BUBBLE_H1, 1, 4, new int[] {3}));
     }
 
     @ParameterizedTest(name = "{0}")
@@ -177,6 +185,19 @@ class PipelineSyncBatchNormTest {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer
                 .builder(frozen).ranks(2).dataParallel(2).microbatches(2).syncBatchNorm(true).build());
         assertTrue(e.getMessage().contains("frozen") && e.getMessage().contains("fix:"), e.getMessage());
+    }
+
+    /**
+     * Tensor-parallel stages: a BatchNormalization on a dp x pp x tp mesh would have to merge over the replicas of the
+     * same tensor-parallel rank only, which is not built; refused at build() with the fix, before any rank runs.
+     */
+    @Test
+    void tensorParallelStagesAreRefused() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer
+                .builder(PipelineModels.denseBatchNorm(new Sgd(LEARNING_RATE), false)).ranks(2).dataParallel(2)
+                .microbatches(2).tensorParallel(2, 3).syncBatchNorm(true).build());
+        assertTrue(e.getMessage().contains("tensorParallel=2") && e.getMessage().contains("syncBatchNorm")
+                && e.getMessage().contains("fix:"), e.getMessage());
     }
 
     /** Replicas whose schedules order a rank's actions differently would merge microbatches out of step. */
