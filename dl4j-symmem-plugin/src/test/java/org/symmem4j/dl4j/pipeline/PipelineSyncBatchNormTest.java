@@ -117,22 +117,28 @@ class PipelineSyncBatchNormTest {
         return worst;
     }
 
-    /** Ranks of a group (threads here, processes under the launcher) train bitwise as the rank threads do. */
-    @Test
-    void groupModeEqualsThreadModeBitwise() {
+    /**
+     * Ranks of a group (threads here, processes under the launcher) train bitwise as the rank threads do, under 1F1B
+     * and under ZB-H1 (BatchNorm's backward, with its all-reduce, whole in the input-gradient action).
+     */
+    @ParameterizedTest(name = "{0}")
+    @org.junit.jupiter.params.provider.EnumSource(value = PipelineSchedule.class, names = {"ONE_F_ONE_B",
+            "ZERO_BUBBLE_H1"})
+    void groupModeEqualsThreadModeBitwise(PipelineSchedule schedule) {
         List<DataSet> data = PipelineGroupModeTest.data("batchnorm");
         MultiLayerNetwork initial = PipelineModels.denseBatchNorm(new Adam(0.01), false);
         MultiLayerNetwork threadsModel = initial.clone();
         PipelineGroupModeTest.Outcome threads = PipelineGroupModeTest.train(threadsModel, PipelineParallelTrainer
-                .builder(threadsModel).ranks(2).dataParallel(2).microbatches(2).syncBatchNorm(true), data);
+                .builder(threadsModel).ranks(2).dataParallel(2).microbatches(2).schedule(schedule, 1).syncBatchNorm(true),
+                data);
         MultiLayerNetwork unsynced = initial.clone();
         PipelineGroupModeTest.Outcome alone = PipelineGroupModeTest.train(unsynced, PipelineParallelTrainer
-                .builder(unsynced).ranks(2).dataParallel(2).microbatches(2), data);
+                .builder(unsynced).ranks(2).dataParallel(2).microbatches(2).schedule(schedule, 1), data);
         assertTrue(!PipelineNets.bitwiseEqual(threads.params(), alone.params()), "syncBatchNorm changes the training");
         List<PipelineGroupModeTest.Outcome> perRank = PipelineGroupModeTest.onEveryRank(4, group -> {
             MultiLayerNetwork mine = initial.clone();
             return PipelineGroupModeTest.train(mine, PipelineParallelTrainer.builder(mine).group(group).dataParallel(2)
-                    .microbatches(2).syncBatchNorm(true), data);
+                    .microbatches(2).schedule(schedule, 1).syncBatchNorm(true), data);
         });
         for (int r = 0; r < 4; r++) {
             assertTrue(PipelineNets.bitwiseEqual(threads.params(), perRank.get(r).params()), "rank " + r + ": parameters"
