@@ -201,7 +201,9 @@ public final class PipelineParallelTrainerBuilder
      * DL4J's layers: the stages run the plugin's synchronized implementation over the same parameters
      * ({@link PipelineSyncBatchNorm}). It costs three small all-reduces per BatchNormalization layer and microbatch,
      * plus two for the forward a stage's backward re-runs. Refused at {@link #build()}: {@code dataParallel} below 2,
-     * a network without BatchNormalization, a frozen one or a subclass of DL4J's configuration.
+     * a network without BatchNormalization, a frozen one or a subclass of DL4J's configuration, and
+     * {@link #tensorParallel} stages. Under ZB-H1 a BatchNormalization's backward runs whole in the input-gradient
+     * action (it does not split), with its all-reduce.
      *
      * @param sync whether BatchNormalization synchronizes over the data-parallel replicas
      * @return this builder
@@ -475,7 +477,7 @@ public final class PipelineParallelTrainerBuilder
         Schedule generated = schedule.generate(ranks, microbatches, stagesPerRank);
         PipelineShape shape = new PipelineShape(ranks, microbatches, stagesPerRank);
         if (syncBatchNorm) {
-            PipelineSyncBatchNorm.check(network, dataParallel, generated, shape);
+            PipelineSyncBatchNorm.check(network, dataParallel, tensorParallel, generated, shape);
         }
         LinkPlan plan = LinkPlan.of(generated, shape);
         if (linkSlots > 0) {

@@ -48,9 +48,18 @@ final class PipelineSyncBatchNorm {
      * @param dataParallel the replicas of every stage
      * @param schedule     the schedule every replica runs
      * @param shape        the pipeline's shape
+     * @param tensorParallel the tensor-parallel ranks per pipeline rank (1: none)
      * @throws IllegalArgumentException naming what cannot be synchronized, and the fix
      */
-    static void check(MultiLayerNetwork network, int dataParallel, Schedule schedule, PipelineShape shape) {
+    static void check(MultiLayerNetwork network, int dataParallel, int tensorParallel, Schedule schedule,
+                      PipelineShape shape) {
+        if (tensorParallel > 1) {
+            // the stage's ranks would be dp x tp: a BatchNorm's statistics would have to merge over the replicas of
+            // one tensor-parallel rank only (its dp sub-group of the mesh), which is not built nor tested
+            throw new IllegalArgumentException("syncBatchNorm(true) with tensorParallel=" + tensorParallel + ": expected"
+                    + " tensorParallel=1; synchronized BatchNorm on the pipeline is built for dp x pp only, not for"
+                    + " tensor-parallel stages (fix: drop tensorParallel, or drop syncBatchNorm)");
+        }
         if (dataParallel < 2) {
             throw new IllegalArgumentException("syncBatchNorm(true) with dataParallel=" + dataParallel + ": expected"
                     + " dataParallel >= 2, replicas whose microbatches the statistics merge; with one replica each"

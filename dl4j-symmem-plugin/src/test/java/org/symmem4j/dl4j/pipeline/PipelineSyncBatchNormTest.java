@@ -56,7 +56,15 @@ class PipelineSyncBatchNormTest {
                         PipelineSchedule.ONE_F_ONE_B, 1, 4, new int[] {3}),
                 Arguments.of("conv log10-std, interleaved v=2",
                         PipelineModels.convBatchNorm(new Sgd(LEARNING_RATE), true), PipelineModels.Data.IMAGES,
-                        PipelineSchedule.INTERLEAVED, 2, 4, new int[] {1, 3, 4}));
+                        PipelineSchedule.INTERLEAVED, 2, 4, new int[] {1, 3, 4}),
+                // ZB-H1: BatchNormalization's backward does not split, so it runs whole in the input-gradient action
+                // (its statistic-gradient all-reduce there); the dense and output layers around it split
+                Arguments.of("dense variance, ZB-H1, BN in the first stage",
+                        PipelineModels.denseBatchNorm(new Sgd(LEARNING_RATE), false), PipelineModels.Data.DENSE,
+                        PipelineSchedule.ZERO_BUBBLE_H1, 1, 4, new int[] {3}),
+                Arguments.of("conv log10-std, ZB-H1, BN in both stages",
+                        PipelineModels.convBatchNorm(new Sgd(LEARNING_RATE), true), PipelineModels.Data.IMAGES,
+                        PipelineSchedule.ZERO_BUBBLE_H1, 1, 4, new int[] {3}));
     }
 
     @ParameterizedTest(name = "{0}")
@@ -109,22 +117,28 @@ class PipelineSyncBatchNormTest {
         return worst;
     }
 
-    /** Ranks of a group (threads here, processes under the launcher) train bitwise as the rank threads do. */
-    @Test
-    void groupModeEqualsThreadModeBitwise() {
+    /**
+     * Ranks of a group (threads here, processes under the launcher) train bitwise as the rank threads do, under 1F1B
+     * and under ZB-H1 (BatchNorm's backward, with its all-reduce, whole in the input-gradient action).
+     */
+    @ParameterizedTest(name = "{0}")
+    @org.junit.jupiter.params.provider.EnumSource(value = PipelineSchedule.class, names = {"ONE_F_ONE_B",
+            "ZERO_BUBBLE_H1"})
+    void groupModeEqualsThreadModeBitwise(PipelineSchedule schedule) {
         List<DataSet> data = PipelineGroupModeTest.data("batchnorm");
         MultiLayerNetwork initial = PipelineModels.denseBatchNorm(new Adam(0.01), false);
         MultiLayerNetwork threadsModel = initial.clone();
         PipelineGroupModeTest.Outcome threads = PipelineGroupModeTest.train(threadsModel, PipelineParallelTrainer
-                .builder(threadsModel).ranks(2).dataParallel(2).microbatches(2).syncBatchNorm(true), data);
+                .builder(threadsModel).ranks(2).dataParallel(2).microbatches(2).schedule(schedule, 1).syncBatchNorm(true),
+                data);
         MultiLayerNetwork unsynced = initial.clone();
         PipelineGroupModeTest.Outcome alone = PipelineGroupModeTest.train(unsynced, PipelineParallelTrainer
-                .builder(unsynced).ranks(2).dataParallel(2).microbatches(2), data);
+                .builder(unsynced).ranks(2).dataParallel(2).microbatches(2).schedule(schedule, 1), data);
         assertTrue(!PipelineNets.bitwiseEqual(threads.params(), alone.params()), "syncBatchNorm changes the training");
         List<PipelineGroupModeTest.Outcome> perRank = PipelineGroupModeTest.onEveryRank(4, group -> {
             MultiLayerNetwork mine = initial.clone();
             return PipelineGroupModeTest.train(mine, PipelineParallelTrainer.builder(mine).group(group).dataParallel(2)
-                    .microbatches(2).syncBatchNorm(true), data);
+                    .microbatches(2).schedule(schedule, 1).syncBatchNorm(true), data);
         });
         for (int r = 0; r < 4; r++) {
             assertTrue(PipelineNets.bitwiseEqual(threads.params(), perRank.get(r).params()), "rank " + r + ": parameters"
@@ -177,6 +191,19 @@ class PipelineSyncBatchNormTest {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer
                 .builder(frozen).ranks(2).dataParallel(2).microbatches(2).syncBatchNorm(true).build());
         assertTrue(e.getMessage().contains("frozen") && e.getMessage().contains("fix:"), e.getMessage());
+    }
+
+    /**
+     * Tensor-parallel stages: a BatchNormalization on a dp x pp x tp mesh would have to merge over the replicas of the
+     * same tensor-parallel rank only, which is not built; refused at build() with the fix, before any rank runs.
+     */
+    @Test
+    void tensorParallelStagesAreRefused() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer
+                .builder(PipelineModels.denseBatchNorm(new Sgd(LEARNING_RATE), false)).ranks(2).dataParallel(2)
+                .microbatches(2).tensorParallel(2, 3).syncBatchNorm(true).build());
+        assertTrue(e.getMessage().contains("tensorParallel=2") && e.getMessage().contains("syncBatchNorm")
+                && e.getMessage().contains("fix:"), e.getMessage());
     }
 
     /** Replicas whose schedules order a rank's actions differently would merge microbatches out of step. */
