@@ -176,6 +176,13 @@ class PipelineResidualGraphTest {
         assertTrue(diff <= TOLERANCE, name + ": plain fit after copyParametersTo differs by " + diff);
     }
 
+    /** Parameters and Adam's state, bitwise. */
+    private static void assertBitwise(ComputationGraph expected, ComputationGraph actual) {
+        assertArrayEquals(expected.params().toDoubleVector(), actual.params().toDoubleVector(), "parameters");
+        assertArrayEquals(expected.getUpdater().getStateViewArray().toDoubleVector(),
+                actual.getUpdater().getStateViewArray().toDoubleVector(), "Adam state");
+    }
+
     /** Trains {@code builder}'s trainer on {@code data}; the trained parameters and updater state copied into {@code into}. */
     private static ComputationGraph train(PipelineParallelTrainerBuilder builder, List<DataSet> data,
                                           ComputationGraph into) {
@@ -222,9 +229,7 @@ class PipelineResidualGraphTest {
         }
         ComputationGraph trained = train(PipelineParallelTrainer.builder(residualMlp().getConfiguration().clone())
                 .ranks(3).microbatches(1), data, residualMlp());
-        assertArrayEquals(reference.params().toDoubleVector(), trained.params().toDoubleVector());
-        assertArrayEquals(reference.getUpdater().getStateViewArray().toDoubleVector(),
-                trained.getUpdater().getStateViewArray().toDoubleVector());
+        assertBitwise(reference, trained);
     }
 
     /**
@@ -295,9 +300,7 @@ class PipelineResidualGraphTest {
             trainer.fit(data.get(2));
             trainer.fit(data.get(3));
         }
-        assertArrayEquals(uninterrupted.params().toDoubleVector(), restored.params().toDoubleVector());
-        assertArrayEquals(uninterrupted.getUpdater().getStateViewArray().toDoubleVector(),
-                restored.getUpdater().getStateViewArray().toDoubleVector());
+        assertBitwise(uninterrupted, restored);
     }
 
     @Test
