@@ -16,8 +16,8 @@ import org.symmem4j.parallel.layout.RingBufferLayout;
  * producer for writing once per message whatever the order; the order decides when its fetch starts. Two orders:
  * <ul>
  *   <li><b>header line first</b> ({@link #HEADER_LINE_FIRST}, the default), Agrona 2.6's: the producer stores to the
- *       record's header line before it copies the payload (a one-to-one producer stores the 0 its header word already holds, after
- *       zeroing the next record's header word, as Agrona's {@code claimCapacity} does, see
+ *       record's header line before it copies the payload (a one-to-one producer stores the 0 its header word already
+ *       holds, after zeroing the next record's header word, as Agrona's {@code claimCapacity} does, see
  *       {@code SymmetricRingBuffer.reserve}; a many-to-one producer's in-progress mark is that store), so the fetch of
  *       the line the consumer holds starts before the copy, overlapping it; then the payload from its first byte up,
  *       one bulk copy above {@link #SHORT_COPY_BYTES};</li>

@@ -580,12 +580,12 @@ public final class SymmetricRingBuffer implements AutoCloseable {
             long next = tail + required;
             if (kind == Kind.ONE_TO_ONE) {
                 // the word after the record will be the next record's header: zeroed now, published by this record's
-                // commit (a release), so the consumer, which reads it only after that commit, never sees an earlier lap.
-                // Stored before the first store to the record's own header line, in Agrona's order (its claimCapacity
-                // zeroes the next header before write stores its in-progress length): the record's line the consumer
-                // spins on is taken from it only once this line (on the record's second line, or a third) is owned, so
-                // the consumer cannot read the header line back while the producer still waits for this one
-                // (bench/results/2026-11-30-ring-round-trip-lines.md)
+                // commit (a release), so the consumer, which reads it only after that commit, never sees an earlier
+                // lap. Stored before the first store to the record's own header line, in Agrona's order (its
+                // claimCapacity zeroes the next header before write stores its in-progress length): the line the
+                // consumer spins on is taken from it only once this one (the record's second line, or a third) is
+                // owned, so that, where stores leave in program order, the consumer cannot read the header line back
+                // while the producer still waits for this one (bench/results/2026-11-30-ring-round-trip-lines.md)
                 RingBufferLayout.zeroRecordHeaderAt(ringAddress, (tailIndex + required) & mask);
                 tailPosition = next;
                 // release: the producer's own position (read by size() only; the consumer follows headers)
