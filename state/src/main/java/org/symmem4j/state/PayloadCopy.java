@@ -15,8 +15,9 @@ import org.symmem4j.parallel.layout.RingBufferLayout;
  * order of cache lines. The consumer spins on the line of the record's header word, so that line has to move to the
  * producer for writing once per message whatever the order; the order decides when its fetch starts. Two orders:
  * <ul>
- *   <li><b>header line first</b> ({@link #HEADER_LINE_FIRST}, the default), Agrona 2.6's: the producer's first store of
- *       a record goes to the header's line (a one-to-one producer stores the 0 its header word already holds, see
+ *   <li><b>header line first</b> ({@link #HEADER_LINE_FIRST}, the default), Agrona 2.6's: the producer stores to the
+ *       record's header line before it copies the payload (a one-to-one producer stores the 0 its header word already
+ *       holds, after zeroing the next record's header word, as Agrona's {@code claimCapacity} does, see
  *       {@code SymmetricRingBuffer.reserve}; a many-to-one producer's in-progress mark is that store), so the fetch of
  *       the line the consumer holds starts before the copy, overlapping it; then the payload from its first byte up,
  *       one bulk copy above {@link #SHORT_COPY_BYTES};</li>

@@ -579,20 +579,25 @@ public final class SymmetricRingBuffer implements AutoCloseable {
                 & required + trailingHeaderBytes <= capacity - (tail - headCache)) {
             long next = tail + required;
             if (kind == Kind.ONE_TO_ONE) {
-                if (PayloadCopy.HEADER_LINE_FIRST) {
-                    // the record's own header word, which holds 0 (free) already: zeroed by the record before it (or
-                    // the format) and not yet committed. A plain store of the same value publishes nothing and needs no
-                    // pair; it is the record's first store, so that the fetch of the line the consumer spins on starts
-                    // before the rest of the record is written (Agrona's write stores its in-progress length there
-                    // first; a many-to-one claim's mark below does the same). See PayloadCopy.
-                    RingBufferLayout.zeroRecordHeaderAt(ringAddress, tailIndex);
-                }
                 // the word after the record will be the next record's header: zeroed now, published by this record's
-                // commit (a release), so the consumer, which reads it only after that commit, never sees an earlier lap
+                // commit (a release), so the consumer, which reads it only after that commit, never sees an earlier
+                // lap. Stored before the first store to the record's own header line, in Agrona's order (its
+                // claimCapacity zeroes the next header before write stores its in-progress length): the line the
+                // consumer spins on is taken from it only once this one (the record's second line, or a third) is
+                // owned, so that, where stores leave in program order, the consumer cannot read the header line back
+                // while the producer still waits for this one (bench/results/2026-11-30-ring-round-trip-lines.md)
                 RingBufferLayout.zeroRecordHeaderAt(ringAddress, (tailIndex + required) & mask);
                 tailPosition = next;
                 // release: the producer's own position (read by size() only; the consumer follows headers)
                 RingBufferLayout.tailReleaseAt(ringAddress, next);
+                if (PayloadCopy.HEADER_LINE_FIRST) {
+                    // the record's own header word, which holds 0 (free) already: zeroed by the record before it (or
+                    // the format) and not yet committed. A plain store of the same value publishes nothing and needs no
+                    // pair; it is the record's first store to the line the consumer spins on, before the payload, so
+                    // that the fetch of that line overlaps the copy (Agrona's write stores its in-progress length there
+                    // at this point; a many-to-one claim's mark below does the same). See PayloadCopy.
+                    RingBufferLayout.zeroRecordHeaderAt(ringAddress, tailIndex);
+                }
                 return tailIndex;
             }
             // volatile CAS, the linearization point of the claim, as in claimManyToOne; a failure returns the TAIL
