@@ -8,6 +8,7 @@
 # (its bits) equal the reference's, and prints every run's raw lines (per-rank model bytes, resident bytes).
 #
 #   bench/pipeline-memory-cap.sh [example flags, e.g. --hidden 1024 --layers 8]    CAP=512m (default) sets the cap
+#   bench/pipeline-memory-cap.sh --model residual    the same dense layers as a ComputationGraph of residual blocks
 #
 # DETAIL=1 (default) runs every JVM with -XX:NativeMemoryTracking=summary and the example with --memory-detail: each
 # process prints where its resident memory is at each phase (smaps by mapping kind, malloc's arenas, the JVM's NMT

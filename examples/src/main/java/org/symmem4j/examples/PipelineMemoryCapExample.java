@@ -6,10 +6,14 @@ import java.util.List;
 import java.util.Locale;
 import java.util.zip.CRC32;
 import org.bytedeco.javacpp.Pointer;
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.conf.graph.ElementWiseVertex;
+import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.conf.layers.DenseLayer;
 import org.deeplearning4j.nn.conf.layers.OutputLayer;
+import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.weights.WeightInit;
 import org.nd4j.linalg.activations.Activation;
@@ -52,6 +56,11 @@ import picocli.CommandLine.Option;
  * training. With {@code --dp D --sharding Z} the pipeline has D data-parallel replicas (launched: a world of D x
  * pipeline ranks) with ZeRO stage Z on the dp axis, and the share a rank is expected to hold is cut accordingly
  * ({@code PARAMETERS}: 4/D of its stages' elements between steps; stage CRCs are then printed in thread mode only).
+ *
+ * <p>{@code --model residual} trains a {@code ComputationGraph} with residual connections of the same layers and
+ * parameter count instead ({@link #residualConfiguration}: blocks of two dense layers whose input is added to their
+ * output), from its configuration ({@code PipelineParallelTrainer.builder(ComputationGraphConfiguration)}); the
+ * control then builds it as {@code new ComputationGraph(conf).init()}.
  */
 public final class PipelineMemoryCapExample {
 
@@ -91,6 +100,10 @@ public final class PipelineMemoryCapExample {
                 + " or PARAMETERS (stage 3: a rank holds 1/D of its stages' parameters, gradients and state between"
                 + " steps); needs --dp 2 or more")
         ZeroStage sharding;
+        @Option(names = "--model", paramLabel = "KIND", description = "chain (a MultiLayerNetwork of dense layers) or"
+                + " residual (a ComputationGraph of the same dense layers in residual blocks of two: needs --inputs equal"
+                + " to --hidden and an even --layers)")
+        String model = "chain";
         @Option(names = "--memory-detail", description = "print where the resident memory is, by what holds it, at"
                 + " each phase (ResidentMemory), and after a garbage collection and a malloc_trim once trained")
         boolean memoryDetail;
@@ -106,6 +119,43 @@ public final class PipelineMemoryCapExample {
         }
         return list.layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(hidden).nOut(16)
                 .activation(Activation.SOFTMAX).build()).build();
+    }
+
+    /**
+     * The residual graph: {@code layers / 2} blocks, each {@code x -> dense(relu) -> dense(identity) -> add(x)}, of
+     * width {@code hidden}, and a softmax output of 16 classes, Adam: the dense layers and parameter count of
+     * {@link #configuration} with {@code inputs == hidden}. The network input is the first block's skip, so every block
+     * is a stage the pipeline may cut at (its stages start at cut vertices only: after each add).
+     */
+    static ComputationGraphConfiguration residualConfiguration(int inputs, int hidden, int layers) {
+        if (inputs != hidden || layers % 2 != 0) {
+            throw new IllegalArgumentException("--model residual with --inputs=" + inputs + " --hidden=" + hidden
+                    + " --layers=" + layers + ": expected --inputs equal to --hidden (the first block adds the input to"
+                    + " its output) and an even --layers (blocks of two) (fix: e.g. --inputs " + hidden + " --layers "
+                    + (layers + layers % 2) + ")");
+        }
+        ComputationGraphConfiguration.GraphBuilder graph = new NeuralNetConfiguration.Builder()
+                .seed(2026).dataType(DataType.FLOAT).updater(new Adam(1e-3)).weightInit(WeightInit.XAVIER)
+                .graphBuilder().addInputs("in");
+        String skip = "in";
+        for (int b = 0; b < layers / 2; b++) {
+            graph.addLayer("a" + b, new DenseLayer.Builder().nIn(hidden).nOut(hidden).activation(Activation.RELU)
+                    .build(), skip);
+            graph.addLayer("b" + b, new DenseLayer.Builder().nIn(hidden).nOut(hidden).activation(Activation.IDENTITY)
+                    .build(), "a" + b);
+            graph.addVertex("add" + b, new ElementWiseVertex(ElementWiseVertex.Op.Add), skip, "b" + b);
+            skip = "add" + b;
+        }
+        return graph.addLayer("out", new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(hidden).nOut(16)
+                .activation(Activation.SOFTMAX).build(), skip).setOutputs("out")
+                .setInputTypes(InputType.feedForward(inputs)).build();
+    }
+
+    /** The pipeline's builder of the model {@code --model} names, started from its configuration. */
+    private static org.symmem4j.dl4j.pipeline.PipelineParallelTrainerBuilder builder(Flags flags) {
+        return flags.model.equals("residual")
+                ? PipelineParallelTrainer.builder(residualConfiguration(flags.inputs, flags.hidden, flags.layers))
+                : PipelineParallelTrainer.builder(configuration(flags.inputs, flags.hidden, flags.layers));
     }
 
     public static void main(String[] args) {
@@ -125,6 +175,13 @@ public final class PipelineMemoryCapExample {
             if (f.mode.equals("whole") && System.getenv("RANK") != null) {
                 throw new IllegalArgumentException("--mode whole under a launcher (RANK is set): expected one JVM (fix:"
                         + " run the control without symmem4j-run)");
+            }
+            if (!f.model.equals("chain") && !f.model.equals("residual")) {
+                throw new IllegalArgumentException("--model=" + f.model + ": expected chain or residual (fix: --model"
+                        + " chain for the MultiLayerNetwork, --model residual for the graph with residual blocks)");
+            }
+            if (f.model.equals("residual")) {
+                residualConfiguration(f.inputs, f.hidden, f.layers); // refuses widths and depths it cannot build
             }
             if (f.batch % f.microbatches != 0) {
                 throw new IllegalArgumentException("--batch=" + f.batch + " --microbatches=" + f.microbatches
@@ -149,12 +206,10 @@ public final class PipelineMemoryCapExample {
     }
 
     private static int pipeline(Flags flags, ProcessGroup group, long before) {
-        MultiLayerConfiguration conf = configuration(flags.inputs, flags.hidden, flags.layers);
         String who = group == null ? "threads" : "rank " + group.rank();
         detail(flags, who, "group");
-        try (PipelineParallelTrainer trainer = (group == null
-                ? PipelineParallelTrainer.builder(conf).ranks(flags.ranks)
-                : PipelineParallelTrainer.builder(conf).group(group)).microbatches(flags.microbatches)
+        try (PipelineParallelTrainer trainer = (group == null ? builder(flags).ranks(flags.ranks)
+                : builder(flags).group(group)).microbatches(flags.microbatches)
                 .dataParallel(flags.dp).sharding(flags.sharding).build()) {
             long built = Pointer.physicalBytes();
             detail(flags, who, "built");
@@ -208,20 +263,35 @@ public final class PipelineMemoryCapExample {
     }
 
     private static int whole(Flags flags, long before) {
-        MultiLayerConfiguration conf = configuration(flags.inputs, flags.hidden, flags.layers);
         try {
-            MultiLayerNetwork net = new MultiLayerNetwork(conf);
-            net.init();
+            // one DL4J model of the whole network: DL4J's init() and fit, of the network or of the graph
+            org.deeplearning4j.nn.api.Model net;
+            java.util.function.Consumer<DataSet> fit;
+            java.util.function.Supplier<INDArray> state;
+            if (flags.model.equals("residual")) {
+                ComputationGraph graph = new ComputationGraph(residualConfiguration(flags.inputs, flags.hidden,
+                        flags.layers));
+                graph.init();
+                net = graph;
+                fit = graph::fit;
+                state = () -> graph.getUpdater().getStateViewArray();
+            } else {
+                MultiLayerNetwork network = new MultiLayerNetwork(configuration(flags.inputs, flags.hidden,
+                        flags.layers));
+                network.init();
+                net = network;
+                fit = network::fit;
+                state = () -> network.getUpdater().getStateViewArray();
+            }
             long built = Pointer.physicalBytes();
             int step = 0;
             for (DataSet batch : data(flags)) {
-                net.fit(batch);
+                fit.accept(batch);
                 System.out.printf(Locale.ROOT, "step %d loss=%016x (%.9f)%n", step++,
                         Double.doubleToRawLongBits(net.score()), net.score());
             }
-            long state = net.getUpdater().getStateViewArray().length();
             System.out.printf(Locale.ROOT, "whole network parameters %d, model bytes %d (parameters, gradient view,"
-                    + " updater state)%n", net.numParams(), (2 * net.numParams() + state) * 4);
+                    + " updater state)%n", net.numParams(), (2 * net.numParams() + state.get().length()) * 4);
             report("whole", before, built, Pointer.physicalBytes());
             return 0;
         } catch (Throwable t) {

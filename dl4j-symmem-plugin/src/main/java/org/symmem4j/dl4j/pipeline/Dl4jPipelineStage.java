@@ -273,6 +273,11 @@ public final class Dl4jPipelineStage implements StageCompute {
         this.graph = Objects.requireNonNull(passes, "passes");
     }
 
+    /** The stage's part of a graph with branches ({@link #graph(GraphStagePasses)}), or null: a chain, or not held. */
+    GraphStagePasses graphPasses() {
+        return graph;
+    }
+
     /** Hands the stage the next step's plan (stage 0 reads features, the last stage labels) and resets its step state. */
     void beginStep(StepPlan plan) {
         this.plan = Objects.requireNonNull(plan, "plan");

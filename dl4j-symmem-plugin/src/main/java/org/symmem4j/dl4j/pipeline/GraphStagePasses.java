@@ -65,6 +65,11 @@ final class GraphStagePasses {
         }
     }
 
+    /** The names of the graph's vertices this stage runs, in topological order. */
+    List<String> vertexNames() {
+        return List.of(names);
+    }
+
     /** Makes room for {@code count} microbatches. */
     void beginStep(int count) {
         if (outputs.length != count) {

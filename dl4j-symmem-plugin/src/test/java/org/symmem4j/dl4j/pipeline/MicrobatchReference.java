@@ -1,8 +1,12 @@
 package org.symmem4j.dl4j.pipeline;
 
 import java.util.Map;
+import java.util.function.Consumer;
 import java.util.function.IntConsumer;
+import java.util.function.Predicate;
 import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.layers.normalization.BatchNormalization;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.params.BatchNormalizationParamInitializer;
@@ -28,6 +32,33 @@ final class MicrobatchReference {
      */
     static void sgdStep(MultiLayerNetwork net, DataSet batch, int microbatches, double learningRate,
                         IntConsumer beforeMicrobatch) {
+        sgdStep(net, batch, microbatches, learningRate, beforeMicrobatch, part -> {
+            net.setInput(part.getFeatures());
+            net.setLabels(part.getLabels());
+            net.setLayerMaskArrays(part.getFeaturesMaskArray(), part.getLabelsMaskArray());
+        }, net::computeGradientAndScore, key -> isRunningStatistic(net, key), net::clearLayerMaskArrays);
+        net.setIterationCount(net.getIterationCount() + 1);
+    }
+
+    /**
+     * The same step on a graph of one input and one output (its parameters keyed {@code vertex_param}), with DL4J's
+     * graph passes on each microbatch alone.
+     */
+    static void sgdStep(ComputationGraph graph, DataSet batch, int microbatches, double learningRate) {
+        sgdStep(graph, batch, microbatches, learningRate, k -> { }, part -> {
+            graph.setInputs(part.getFeatures());
+            graph.setLabels(part.getLabels());
+        }, graph::computeGradientAndScore, key -> {
+            int split = key.lastIndexOf('_');
+            return graph.getLayer(key.substring(0, split)) instanceof BatchNormalization
+                    && isRunningStatisticName(key.substring(split + 1));
+        }, () -> { });
+        graph.getConfiguration().setIterationCount(graph.getConfiguration().getIterationCount() + 1);
+    }
+
+    private static void sgdStep(Model net, DataSet batch, int microbatches, double learningRate,
+                                IntConsumer beforeMicrobatch, Consumer<DataSet> setInputs, Runnable pass,
+                                Predicate<String> runningStatistic, Runnable afterMicrobatch) {
         int examples = (int) batch.getFeatures().size(0);
         int size = examples / microbatches;
         Map<String, INDArray> params = net.paramTable();
@@ -35,25 +66,22 @@ final class MicrobatchReference {
         for (int k = 0; k < microbatches; k++) {
             beforeMicrobatch.accept(k);
             DataSet part = PipelineModels.rows(batch, k * size, size);
-            net.setInput(part.getFeatures());
-            net.setLabels(part.getLabels());
-            net.setLayerMaskArrays(part.getFeaturesMaskArray(), part.getLabelsMaskArray());
-            net.computeGradientAndScore();
+            setInputs.accept(part);
+            pass.run();
             INDArray gradient = net.getGradientsViewArray();
             Map<String, INDArray> views = net.gradient().gradientForVariable();
             // running statistics: DL4J's own update for this microbatch, before the next one's pass
             for (Map.Entry<String, INDArray> p : params.entrySet()) {
-                if (isRunningStatistic(net, p.getKey())) {
+                if (runningStatistic.test(p.getKey())) {
                     p.getValue().subi(views.get(p.getKey()));
                     views.get(p.getKey()).assign(0);
                 }
             }
             sum = sum == null ? gradient.dup() : sum.addi(gradient);
-            net.clearLayerMaskArrays();
+            afterMicrobatch.run();
         }
         // Sgd: update = gradient / examples * learning rate; parameters minus the update
         net.params().subi(sum.divi(examples).muli(learningRate).reshape(net.params().shape()));
-        net.setIterationCount(net.getIterationCount() + 1);
     }
 
     /** Whether the parameter {@code key} ("layer_name") is a batch-normalization running statistic. */
@@ -61,8 +89,12 @@ final class MicrobatchReference {
         int split = key.indexOf('_');
         Layer layer = net.getLayer(Integer.parseInt(key.substring(0, split)));
         String name = key.substring(split + 1);
-        return layer instanceof BatchNormalization && (name.equals(BatchNormalizationParamInitializer.GLOBAL_MEAN)
+        return layer instanceof BatchNormalization && isRunningStatisticName(name);
+    }
+
+    private static boolean isRunningStatisticName(String name) {
+        return name.equals(BatchNormalizationParamInitializer.GLOBAL_MEAN)
                 || name.equals(BatchNormalizationParamInitializer.GLOBAL_VAR)
-                || name.equals(BatchNormalizationParamInitializer.GLOBAL_LOG_STD));
+                || name.equals(BatchNormalizationParamInitializer.GLOBAL_LOG_STD);
     }
 }
