@@ -85,7 +85,23 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * <p>One array of entries rather than one array per field: a collective touches one cache line of {@code ring} and
  * one array bounds check instead of eight arrays.
  *
- * <p><b>Padded (experimental, {@link Configuration#FLIGHT_RECORDER_PADDED}).</b> The one-shot cost on 2 ranks is
+ * <p><b>Storage: one page-aligned off-heap segment per recorder (the default, {@link
+ * Configuration#FLIGHT_RECORDER_STORAGE}).</b> The entries, {@code lastSeq} and {@code startedSeq} live in a segment of
+ * their own ({@link FlightRecorderLayout}: the counters at page offset 3968, the entries from the next page, 128 bytes of
+ * zero after them), so that in every JVM alike what the recorder writes per collective lies at the same page and line
+ * offsets and shares no line with another rank's pad, data or heap object. Each entry carries its operation's name as
+ * an index (SHAPE_FAILED's bits 33-43, as compact does), compared by reference with four names kept in fields, so the
+ * hot path reads no per-slot array and stores no reference (no GC card mark). The fields it reads ({@code mask}, the
+ * storage, the names) sit between 128-byte pads in this object ({@link FlightRecorderFields}) and are not written per
+ * collective. Why: on 32 idle cores the one-shot cost was bimodal per fork (+4 to +61 ns against 6.6 ns of calls) and
+ * not explained by the JIT ({@code bench/results/2026-11-29-ring-recorder-prewarm-32core.md}); the heap array's and
+ * object's placement, which differs per JVM and moves with every collection, was the remaining per-fork variable
+ * ({@code bench/results/2026-11-30-recorder-placement.md}). What stays on the heap and is read on the hot path: the
+ * {@code MemorySegment} object and its arena's session (final fields, never written), whose lines a collection can
+ * still put next to a field another thread writes. {@code heap} keeps the array of before, for comparison in one run.
+ *
+ * <p><b>Padded (experimental, {@link Configuration#FLIGHT_RECORDER_PADDED}; a heap layout: it implies {@code
+ * storage=heap}).</b> The one-shot cost on 2 ranks is
  * 20–40 ns more than these calls' own 4–5 ns, and a line this rank writes per collective that also holds an object a
  * peer rank reads or writes would cost a cache-line transfer per collective in one-shot's single synchronisation. With
  * the setting, nothing written per collective lies within 128 bytes (a line and its adjacent-line prefetch partner) of
@@ -466,16 +482,21 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
 
     /**
      * Named: the name's index, shifted into place; a name past the index's range goes to {@link #what}'s slot i. The
-     * hot path compares references only and writes nothing (names are constants); a new name, or an equal string that
-     * is not the same object, takes {@link #newNameBits}.
+     * hot path compares the first four names' references (fields between the pads) and writes nothing (names are
+     * constants); a new name, a fifth one, or an equal string that is not the same object takes {@link #newNameBits}.
      */
     private long nameBits(String operation, int i) {
-        String[] ns = names;
-        int c = nameCount;
-        for (int n = 0; n < c; n++) {
-            if (ns[n] == operation) {
-                return (long) n << NAME_SHIFT;
-            }
+        if (operation == name0) {
+            return 0;
+        }
+        if (operation == name1) {
+            return 1L << NAME_SHIFT;
+        }
+        if (operation == name2) {
+            return 2L << NAME_SHIFT;
+        }
+        if (operation == name3) {
+            return 3L << NAME_SHIFT;
         }
         return newNameBits(operation, i);
     }
@@ -491,6 +512,13 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
                 names = java.util.Arrays.copyOf(names, 2 * n);
             }
             names[nameCount++] = operation;
+            switch (n) {
+                case 0 -> name0 = operation;
+                case 1 -> name1 = operation;
+                case 2 -> name2 = operation;
+                case 3 -> name3 = operation;
+                default -> { } // compared by value in names
+            }
         }
         if (n >= NAME_SPILLED) {
             if (what == null) {

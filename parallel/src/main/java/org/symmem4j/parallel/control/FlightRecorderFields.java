@@ -58,6 +58,11 @@ final class FlightRecorderFields {
         /** The distinct operation names seen, by index (the entries carry the index); null where {@link #what} is used. */
         String[] names;
         int nameCount;
+        /** The first four of {@link #names} (null until seen): the hot path compares these references only. */
+        String name0;
+        String name1;
+        String name2;
+        String name3;
         /** Compact: (count, bytes, memory id, memory offset) records, 4 longs each, a ring of capacity; else null. */
         final long[] args;
         /** Compact: the newest record's index in {@link #args} (a multiple of 4); -4 while none. */
