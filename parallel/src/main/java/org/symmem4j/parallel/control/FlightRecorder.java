@@ -116,8 +116,8 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * <p><b>Compact (experimental, {@link Configuration#FLIGHT_RECORDER_COMPACT}).</b> The layout above walks 68 KiB per lap
  * of 1,024 entries (64-byte entries and 4-byte name references), more than a 48 KiB L1, so every collective's entry
  * is a line the core no longer holds and evicts another. With the setting an entry is 4 longs, {@code [0] SEQ, [1]
- * BEGUN, [2] ENDED, [3] SHAPE_FAILED}, the last word also holding the name's index into {@link #names} (bits 33-43)
- * and the slot of its arguments in {@link #args} (bits 44-63), a second ring appended to only when a collective's
+ * BEGUN, [2] ENDED, [3] SHAPE_FAILED}, the last word also holding the name's index into {@code names} (bits 33-43)
+ * and the slot of its arguments in {@code args} (bits 44-63), a second ring appended to only when a collective's
  * arguments differ from its newest record: 32 KiB per lap, and what a dump holds is the same. It is the cache-footprint
  * test of #36, measured against the layout above in one run ({@code FlightRecorderCostBench --arrivals
  * in-shadow,in-shadow+compact,in-shadow@256}); padded wins when both are set.
