@@ -1,7 +1,6 @@
 package org.symmem4j.parallel.control;
 
 import java.io.IOException;
-import java.lang.foreign.ValueLayout;
 import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -93,12 +92,13 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * an index (SHAPE_FAILED's bits 33-43, as compact does), compared by reference with four names kept in fields, so the
  * hot path reads no per-slot array and stores no reference (no GC card mark). The fields it reads ({@code mask}, the
  * storage, the names) sit between 128-byte pads in this object ({@link FlightRecorderFields}) and are not written per
- * collective. Why: on 32 idle cores the one-shot cost was bimodal per fork (+4 to +61 ns against 6.6 ns of calls) and
+ * collective; the storage is accessed by address through a constant segment of all memory ({@code
+ * FlightRecorderLayout.getAt}), so no heap object but this one's padded fields is read (not the {@code MemorySegment}
+ * object, not its arena's session). Why: on 32 idle cores the one-shot cost was bimodal per fork (+4 to +61 ns against 6.6 ns of calls) and
  * not explained by the JIT ({@code bench/results/2026-11-29-ring-recorder-prewarm-32core.md}); the heap array's and
  * object's placement, which differs per JVM and moves with every collection, was the remaining per-fork variable
- * ({@code bench/results/2026-11-30-recorder-placement.md}). What stays on the heap and is read on the hot path: the
- * {@code MemorySegment} object and its arena's session (final fields, never written), whose lines a collection can
- * still put next to a field another thread writes. {@code heap} keeps the array of before, for comparison in one run.
+ * ({@code bench/results/2026-11-30-recorder-placement.md}). {@code heap} keeps the array of before, for comparison in
+ * one run.
  *
  * <p><b>Padded (experimental, {@link Configuration#FLIGHT_RECORDER_PADDED}; a heap layout: it implies {@code
  * storage=heap}).</b> The one-shot cost on 2 ranks is
@@ -279,13 +279,13 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
 
     /** {@return the long at index {@code i} of the storage} (plain: only this rank's thread reads and writes it) */
     private long at(int i) {
-        return OFF_HEAP ? storage.getAtIndex(ValueLayout.JAVA_LONG, i) : ring[i];
+        return OFF_HEAP ? FlightRecorderLayout.getAt(base, i) : ring[i];
     }
 
     /** Stores {@code v} at index {@code i} of the storage (plain: only this rank's thread reads and writes it). */
     private void put(int i, long v) {
         if (OFF_HEAP) {
-            storage.setAtIndex(ValueLayout.JAVA_LONG, i, v);
+            FlightRecorderLayout.putAt(base, i, v);
         } else {
             ring[i] = v;
         }

@@ -51,8 +51,13 @@ final class FlightRecorderFields {
         final int mask;
         /** Heap storage ({@code symmem4j.flight.recorder.storage=heap}): every entry's longs; else null. */
         final long[] ring;
-        /** Off-heap storage (the default): the {@link FlightRecorderLayout} segment; else null. */
+        /**
+         * Off-heap storage (the default): the {@link FlightRecorderLayout} segment, held so that its automatic arena
+         * keeps the memory while this recorder lives; the hot path does not read it (it reads {@link #base}); else null.
+         */
         final MemorySegment storage;
+        /** Off-heap storage: {@link #storage}'s address, which the hot path accesses ({@link FlightRecorderLayout#getAt}); else 0. */
+        final long base;
         /** Heap storage, not compact: the entries' operation names; else only the spilled ones, null until one is. */
         String[] what;
         /** The distinct operation names seen, by index (the entries carry the index); null where {@link #what} is used. */
@@ -72,6 +77,7 @@ final class FlightRecorderFields {
             this.mask = mask;
             this.ring = ring;
             this.storage = storage;
+            this.base = storage == null ? 0 : storage.address();
             this.what = what;
             this.names = names;
             this.args = args;

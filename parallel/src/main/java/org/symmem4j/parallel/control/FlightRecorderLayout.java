@@ -50,7 +50,38 @@ public final class FlightRecorderLayout {
     /** Bytes of zero after the last entry. */
     public static final long TAIL_BYTES = 128;
 
+    /**
+     * All of memory as one segment, a constant (as {@code RingBufferLayout}'s hot path uses one): an access through it
+     * at an address reads no {@code MemorySegment} object and no arena session, whose heap lines a collection could put
+     * next to a field another thread writes, and carries no per-segment check beyond the alignment. Only for
+     * addresses inside a recorder's storage while the recorder holds that storage's segment (its automatic arena frees
+     * the memory once the segment is unreachable, and the control plane holds its recorder for the communicator's life).
+     */
+    private static final MemorySegment EVERYTHING = MemorySegment.NULL.reinterpret(Long.MAX_VALUE);
+
     private FlightRecorderLayout() {
+    }
+
+    /**
+     * {@return the long at index {@code index} (8 bytes each) of the storage at {@code base}}: a plain load, the
+     * recorder's thread being the only one that reads and writes it
+     *
+     * @param base  the storage's address (page-aligned, {@link #allocate})
+     * @param index a long index below {@link #bytes} / 8
+     */
+    static long getAt(long base, int index) {
+        return EVERYTHING.get(ValueLayout.JAVA_LONG, base + (long) index * Long.BYTES);
+    }
+
+    /**
+     * Stores {@code value} at long index {@code index} of the storage at {@code base}: a plain store (one thread).
+     *
+     * @param base  the storage's address (page-aligned, {@link #allocate})
+     * @param index a long index below {@link #bytes} / 8
+     * @param value the value
+     */
+    static void putAt(long base, int index, long value) {
+        EVERYTHING.set(ValueLayout.JAVA_LONG, base + (long) index * Long.BYTES, value);
     }
 
     /**
