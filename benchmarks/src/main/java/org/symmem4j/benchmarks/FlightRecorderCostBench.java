@@ -48,7 +48,12 @@ import picocli.CommandLine.Option;
  * HotSpot's compilation log into {@code jit-pidPID.log} in the working directory;
  * {@code bench/shared-state/jit-forks.py DIR} reads them with {@code recorder.txt} and says, fork by fork in the
  * report's order, which of the recorder's calls C2 left out of line.
- * A cell of {@code --arrivals} is {@code WHERE[+padded|+compact][@ENTRIES]}: {@code --arrivals
+ * Each fork's placement (every rank's recorder storage, signal pads and data regions, with their offsets in a page and
+ * a line: {@code FlightRecording.placement}) is printed under its mean difference, so that expensive forks can be held
+ * against where their memory fell; {@code +heap} puts the recorder back into a heap array
+ * ({@code -Dsymmem4j.flight.recorder.storage=heap}, the layout before 2026-11-30) to compare with the page-aligned
+ * off-heap default in one run.
+ * A cell of {@code --arrivals} is {@code WHERE[+padded|+compact][+heap][@ENTRIES]}: {@code --arrivals
  * in-shadow,in-shadow+compact,in-shadow@256} measures the default layout with 1,024 entries (68 KiB walked per lap of
  * the ring, more than a 48 KiB L1), the compact 32-byte entries with 1,024 (32 KiB) and the default layout with 256
  * (17 KiB) in one run: the cache-footprint test of #36. The recorder-calls benchmark then also runs compact.
@@ -110,7 +115,8 @@ public final class FlightRecorderCostBench {
                 + " collective's entry, one cell each: after-wait (once the entry barrier passed), in-shadow (between"
                 + " the publish and the wait, the product's default); either with +padded: the recorder's writes kept"
                 + " 128 bytes from every other heap object (-Dsymmem4j.flight.recorder.padded=true); or with +compact: 32-byte"
-                + " entries (-Dsymmem4j.flight.recorder.compact=true); or with +runs: runs of equal collectives, nothing written at arrival"
+                + " entries (-Dsymmem4j.flight.recorder.compact=true); +heap: the recorder in a heap array instead of its"
+                + " page-aligned off-heap segment (-Dsymmem4j.flight.recorder.storage=heap); or with +runs: runs of equal collectives, nothing written at arrival"
                 + " (-Dsymmem4j.flight.recorder.runs=true); +arrival: only the entry's write (-Dsymmem4j.flight.recorder.probe"
                 + "=arrival), +none: none of the recorder's calls, the A/A control (probe=none); +spinN: the waits poll N"
                 + " times without a pause first (-Dsymmem4j.wait.spinfirst=N, off and on alike); and @E: a ring of E"
@@ -195,8 +201,19 @@ public final class FlightRecorderCostBench {
         return scores;
     }
 
-    /** One cell: {@link FlightRecorderPairedBenchmark} in its own JMH run, its forks' blocks paired. */
-    private static Row runCell(Flags flags, String algorithm, int ranks, String arrival) throws RunnerException {
+    /**
+     * One cell: {@link FlightRecorderPairedBenchmark} in its own JMH run, its forks' blocks paired, each fork's placement
+     * (every rank's recorder storage, signal pads and data, {@code placement-CELL.txt} in the working directory, one
+     * line per fork in the forks' order) kept with it.
+     */
+    private static Row runCell(Flags flags, String algorithm, int ranks, String arrival) throws RunnerException,
+            IOException {
+        Path placementFile = Path.of("placement-" + algorithm + "-" + ranks + "-" + arrival.replaceAll("[^A-Za-z0-9.@-]",
+                "_") + ".txt").toAbsolutePath();
+        Files.deleteIfExists(placementFile);
+        List<String> forkFlags = new ArrayList<>(List.of(FlightRecorderPairedBenchmark.forkFlags(flags.entries, arrival,
+                flags.jitLog)));
+        forkFlags.add("-D" + FlightRecorderPairedBenchmark.PLACEMENT_FILE_PROPERTY + "=" + placementFile);
         Options paired = new OptionsBuilder()
                 .include("\\.FlightRecorderPairedBenchmark\\.allReduce$")
                 .param("bytes", Long.toString(flags.bytes))
@@ -207,7 +224,7 @@ public final class FlightRecorderCostBench {
                 .warmupTime(TimeValue.milliseconds(flags.blockMs))
                 .measurementIterations(2 * flags.pairs)
                 .measurementTime(TimeValue.milliseconds(flags.blockMs))
-                .jvmArgsAppend(FlightRecorderPairedBenchmark.forkFlags(flags.entries, arrival, flags.jitLog))
+                .jvmArgsAppend(forkFlags.toArray(String[]::new))
                 .build();
         List<double[]> forks = new ArrayList<>();
         for (RunResult r : new Runner(paired).run()) {
@@ -221,7 +238,8 @@ public final class FlightRecorderCostBench {
                 forks.add(scores);
             }
         }
-        return new Row(algorithm, ranks, arrival, Paired.of(forks));
+        List<String> placements = Files.exists(placementFile) ? Files.readAllLines(placementFile) : List.of();
+        return new Row(algorithm, ranks, arrival, Paired.of(forks), placements);
     }
 
     private static void write(Flags flags, String report) throws IOException {
@@ -230,8 +248,13 @@ public final class FlightRecorderCostBench {
         }
     }
 
-    /** One (algorithm, ranks, where the entry is written) cell's paired result. */
-    record Row(String algorithm, int ranks, String arrival, Paired paired) {
+    /**
+     * One (algorithm, ranks, where the entry is written) cell's paired result.
+     *
+     * @param placements each fork's placement line ({@link FlightRecorderPairedBenchmark}'s "placement: ..."), in the
+     *                   forks' order; empty when the forks wrote none
+     */
+    record Row(String algorithm, int ranks, String arrival, Paired paired, List<String> placements) {
     }
 
     /**
@@ -439,6 +462,11 @@ public final class FlightRecorderCostBench {
             details.append(String.format(Locale.ROOT, "- %s, %d ranks, entry %s: %d pairs; each fork's mean difference"
                     + " (ns, 95 %% t): %s; lag-1 autocorrelation of the differences %+.2f%n", row.algorithm(), row.ranks(),
                     row.arrival(), p.pairs(), forks, p.lag1()));
+            for (int f = 0; f < row.placements().size(); f++) {
+                details.append(String.format(Locale.ROOT, "  - fork %d (%s ns): %s%n", f + 1,
+                        f < p.forkDiffs().length ? String.format(Locale.ROOT, "%+.2f", p.forkDiffs()[f]) : "?",
+                        row.placements().get(f).replaceFirst("^placement: ", "")));
+            }
             if (Double.isNaN(offForOps) || p.offMean() < offForOps) {
                 offForOps = p.offMean();
             }

@@ -83,6 +83,19 @@ public class FlightRecorderPairedBenchmark {
     static final String PADDED_PROPERTY = "symmem4j.flight.recorder.padded";
     /** A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.padded=true} to its forks. */
     static final String PADDED_SUFFIX = "+padded";
+    /** {@link Configuration#FLIGHT_RECORDER_STORAGE}'s property. */
+    static final String STORAGE_PROPERTY = "symmem4j.flight.recorder.storage";
+    /**
+     * A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.storage=heap} to its forks: the recorder in a heap
+     * array wherever the collector puts it (the layout before 2026-11-30) instead of its page-aligned off-heap segment.
+     */
+    static final String HEAP_SUFFIX = "+heap";
+    /**
+     * The property naming a file each fork appends one line to after its set-up: every rank's {@link
+     * FlightRecording#placement} (the recorder's storage, the signal pads and the data regions, with their page and
+     * line offsets), so that {@code FlightRecorderCostBench} can print each fork's placement next to its mean.
+     */
+    static final String PLACEMENT_FILE_PROPERTY = "symmem4j.bench.recorder.placement.file";
     /** {@link Configuration#FLIGHT_RECORDER_COMPACT}'s property. */
     static final String COMPACT_PROPERTY = "symmem4j.flight.recorder.compact";
     /** A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.compact=true} to its forks. */
@@ -147,6 +160,7 @@ public class FlightRecorderPairedBenchmark {
      * @param where     {@code after-wait} or {@code in-shadow}
      * @param padded    {@link Configuration#FLIGHT_RECORDER_PADDED}
      * @param compact   {@link Configuration#FLIGHT_RECORDER_COMPACT}
+     * @param heap      {@link Configuration#FLIGHT_RECORDER_STORAGE} {@code heap} (with {@code +heap} or {@code +padded})
      * @param runs      {@link Configuration#FLIGHT_RECORDER_RUNS}: nothing written at arrival, runs of equal collectives
      * @param probe     {@link Configuration#FLIGHT_RECORDER_PROBE}: {@code all}, {@code arrival} or {@code none}
      * @param spinFirst {@link Configuration#WAIT_SPIN_FIRST}
@@ -154,8 +168,8 @@ public class FlightRecorderPairedBenchmark {
      * @param prewarm   all-reduces of the pre-warm ({@link #prewarm}): {@link #PREWARM_DEFAULT}, 0 with {@code +cold}
      * @param every     the pre-warm has the recorder on in one period of every this many: 2, or N with {@code +shareN}
      */
-    record Cell(String where, boolean padded, boolean compact, boolean runs, String probe, int spinFirst, int entries,
-                int prewarm, int every) {
+    record Cell(String where, boolean padded, boolean compact, boolean heap, boolean runs, String probe, int spinFirst,
+                int entries, int prewarm, int every) {
 
         /**
          * Parses a cell.
@@ -176,6 +190,7 @@ public class FlightRecorderPairedBenchmark {
             String where = parts[0];
             boolean padded = false;
             boolean compact = false;
+            boolean heap = false;
             boolean runs = false;
             String probe = "all";
             int spinFirst = 0;
@@ -193,6 +208,8 @@ public class FlightRecorderPairedBenchmark {
                     padded = true;
                 } else if (flag.equals(COMPACT_SUFFIX)) {
                     compact = true;
+                } else if (flag.equals(HEAP_SUFFIX)) {
+                    heap = true;
                 } else if (flag.equals(RUNS_SUFFIX)) {
                     runs = true;
                 } else if (flag.equals(COLD_SUFFIX)) {
@@ -213,16 +230,19 @@ public class FlightRecorderPairedBenchmark {
             if ((padded ? 1 : 0) + (compact ? 1 : 0) + (runs ? 1 : 0) > 1) {
                 bad = "more than one of +padded, +compact and +runs";
             }
+            if (heap && (padded || runs)) {
+                bad = "+heap with +padded or +runs (both keep the recorder on the heap already)";
+            }
             if (!ARRIVALS.contains(where) || entries < 1 || spinFirst > 4096 || bad != null) {
-                throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE[+padded|+compact|+runs]"
+                throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE[+padded|+compact|+runs][+heap]"
                         + "[+arrival|+none][+spinN][+cold|+shareM][@ENTRIES] with WHERE one of " + ARRIVALS
                         + ", 0 <= N <= 4096, M >= 2 and"
                         + " ENTRIES >= 1, found where=" + where + " entries=" + (at >= 0 ? spec.substring(at + 1) : entries)
                         + (bad == null ? "" : ", " + bad)
                         + " (fix: e.g. --arrivals in-shadow,in-shadow+compact,in-shadow@256,in-shadow+arrival,in-shadow+none,"
-                        + "in-shadow+spin64,in-shadow+cold,in-shadow+runs)");
+                        + "in-shadow+spin64,in-shadow+cold,in-shadow+heap,in-shadow+runs)");
             }
-            return new Cell(where, padded, compact, runs, probe, spinFirst, entries, prewarm, every);
+            return new Cell(where, padded, compact, heap || padded, runs, probe, spinFirst, entries, prewarm, every);
         }
 
         /** {@return {@code text} as a whole number, or -1 when it is not one} */
@@ -243,7 +263,8 @@ public class FlightRecorderPairedBenchmark {
      * @param arrival a cell ({@link Cell#parse}): {@code after-wait} or {@code in-shadow} ({@link
      *                Configuration#FLIGHT_RECORDER_ARRIVAL}), with {@link #PADDED_SUFFIX} for {@link
      *                Configuration#FLIGHT_RECORDER_PADDED} or {@link #COMPACT_SUFFIX} for {@link
-     *                Configuration#FLIGHT_RECORDER_COMPACT}, {@link #RUNS_SUFFIX} for {@link
+     *                Configuration#FLIGHT_RECORDER_COMPACT}, {@link #HEAP_SUFFIX} for {@link
+     *                Configuration#FLIGHT_RECORDER_STORAGE} {@code heap}, {@link #RUNS_SUFFIX} for {@link
      *                Configuration#FLIGHT_RECORDER_RUNS}, {@code +arrival} or {@code +none} for {@link
      *                Configuration#FLIGHT_RECORDER_PROBE}, {@code +spinN} for {@link Configuration#WAIT_SPIN_FIRST},
      *                {@link #COLD_SUFFIX} for no pre-warm, {@code +shareN} for a pre-warm with the recorder on in
@@ -268,6 +289,7 @@ public class FlightRecorderPairedBenchmark {
                 "--add-modules=jdk.incubator.vector", "-Xmx1g",
                 "-D" + ENTRIES_PROPERTY + "=" + c.entries(), "-D" + ARRIVAL_PROPERTY + "=" + c.where(),
                 "-D" + PADDED_PROPERTY + "=" + c.padded(), "-D" + COMPACT_PROPERTY + "=" + c.compact(),
+                "-D" + STORAGE_PROPERTY + "=" + (c.heap() ? "heap" : "off-heap"),
                 "-D" + RUNS_PROPERTY + "=" + c.runs(),
                 "-D" + PROBE_PROPERTY + "=" + c.probe(), "-D" + SPIN_FIRST_PROPERTY + "=" + c.spinFirst(),
                 "-D" + PREWARM_PROPERTY + "=" + c.prewarm(), "-D" + PREWARM_EVERY_PROPERTY + "=" + c.every()));
@@ -336,6 +358,11 @@ public class FlightRecorderPairedBenchmark {
                     + Configuration.FLIGHT_RECORDER_COMPACT.property() + ", expected " + COMPACT_PROPERTY
                     + " (fix: update COMPACT_PROPERTY)");
         }
+        if (!STORAGE_PROPERTY.equals(Configuration.FLIGHT_RECORDER_STORAGE.property())) {
+            throw new IllegalStateException("the recorder's storage property is "
+                    + Configuration.FLIGHT_RECORDER_STORAGE.property() + ", expected " + STORAGE_PROPERTY
+                    + " (fix: update STORAGE_PROPERTY)");
+        }
         if (!RUNS_PROPERTY.equals(Configuration.FLIGHT_RECORDER_RUNS.property())) {
             throw new IllegalStateException("the recorder's run-length property is "
                     + Configuration.FLIGHT_RECORDER_RUNS.property() + ", expected " + RUNS_PROPERTY
@@ -360,6 +387,7 @@ public class FlightRecorderPairedBenchmark {
         world = InJvmWorld.create(ranks);
         peers = new Thread[ranks - 1];
         CountDownLatch ready = new CountDownLatch(ranks - 1);
+        String[] placements = new String[ranks]; // each peer writes its own before ready.countDown(); read after await()
         AtomicReference<Throwable> peerFailure = new AtomicReference<>();
         for (int r = 1; r < ranks; r++) {
             int rank = r;
@@ -372,6 +400,8 @@ public class FlightRecorderPairedBenchmark {
                          SymmetricMemory m = SymmetricMemory.allocate(g, bytes)) {
                         FlightRecording sw = switchOf(c);
                         HostAllReduceBenchmark.fill(m);
+                        placements[rank] = sw.placement() + "; all-reduce buffer " + m.local().address() % 4096
+                                + " mod 4096";
                         ready.countDown();
                         long[] done = {0};
                         PeerDriver.serve(PeerDriver.inJvm(requested, () -> stop), () -> {
@@ -394,6 +424,7 @@ public class FlightRecorderPairedBenchmark {
         recording = switchOf(comm);
         mem = SymmetricMemory.allocate(group, bytes);
         HostAllReduceBenchmark.fill(mem);
+        placements[0] = recording.placement() + "; all-reduce buffer " + mem.local().address() % 4096 + " mod 4096";
         ready.await();
         if (peerFailure.get() != null) {
             throw new IllegalStateException("a peer rank failed to set up: expected every rank's communicator and"
@@ -410,17 +441,40 @@ public class FlightRecorderPairedBenchmark {
                     + " (fix: 2 for the recorder on in half of the pre-warm, N for 1/N)");
         }
         prewarmEvery = every; // plain: the peers read it after the volatile write of peersMode in prewarm()
+        printPlacement(placements);
         prewarm(prewarmOps);
         System.out.println("flight recorder paired benchmark: one communicator per rank, recorder of "
                 + Configuration.FLIGHT_RECORDER_ENTRIES.get() + " entries switched per iteration, entry written "
                 + Configuration.FLIGHT_RECORDER_ARRIVAL.get() + (Configuration.FLIGHT_RECORDER_PADDED.get()
-                ? ", padded" : "") + (Configuration.FLIGHT_RECORDER_COMPACT.get() ? ", compact" : "")
+                ? ", padded" : "") + ", storage " + Configuration.FLIGHT_RECORDER_STORAGE.get() + (Configuration.FLIGHT_RECORDER_COMPACT.get() ? ", compact" : "")
                 + (Configuration.FLIGHT_RECORDER_RUNS.get() ? ", runs (nothing written at arrival)" : "")
                 + ", probe " + Configuration.FLIGHT_RECORDER_PROBE.get() + ", wait spin-first "
                 + Configuration.WAIT_SPIN_FIRST.get() + ", pre-warm " + prewarmOps + " all-reduces, the recorder on in"
                 + " 1 of every " + every + " periods of " + PREWARM_PERIOD + "; pid " + ProcessHandle.current().pid() + "; ranks " + (pin ? "pinned to CPUs "
                 + java.util.Arrays.toString(java.util.Arrays.copyOf(cpus, ranks)) : "not pinned (-D" + BenchCpus.PROPERTY
                 + " names " + cpus.length + " CPUs, " + ranks + " needed)"));
+    }
+
+    /**
+     * Prints where this fork's memory fell (every rank's {@link FlightRecording#placement}), and appends it as one line
+     * to {@link #PLACEMENT_FILE_PROPERTY}'s file when set: a fork whose recorder costs 40-60 ns instead of 5 can then
+     * be held against its addresses' page and line offsets (issue #36).
+     *
+     * @param placements each rank's placement, by rank
+     */
+    private static void printPlacement(String[] placements) {
+        String line = "placement: pid " + ProcessHandle.current().pid() + " | " + String.join(" | ", placements);
+        System.out.println(line);
+        String file = System.getProperty(PLACEMENT_FILE_PROPERTY);
+        if (file != null && !file.isBlank()) {
+            try {
+                java.nio.file.Files.writeString(java.nio.file.Path.of(file), line + "\n",
+                        java.nio.file.StandardOpenOption.CREATE, java.nio.file.StandardOpenOption.APPEND);
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException("placement file " + file + " not writable: expected a writable"
+                        + " path in -D" + PLACEMENT_FILE_PROPERTY + " (fix: point it into the run's directory)", e);
+            }
+        }
     }
 
     /** The pre-warm has the recorder on in one period of every this many ({@link #PREWARM_EVERY_PROPERTY}). */

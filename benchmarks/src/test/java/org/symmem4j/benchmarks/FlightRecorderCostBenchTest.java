@@ -41,6 +41,26 @@ class FlightRecorderCostBenchTest {
     }
 
     @Test
+    void aHeapCellPutsTheRecorderBackOnTheHeapAndTheDefaultKeepsItOff() {
+        List<String> heap = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+heap"));
+        assertTrue(heap.contains("-Dsymmem4j.flight.recorder.storage=heap"), heap.toString());
+        assertTrue(heap.contains("-Dsymmem4j.flight.recorder.padded=false"), heap.toString());
+        List<String> plain = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow"));
+        assertTrue(plain.contains("-Dsymmem4j.flight.recorder.storage=off-heap"), plain.toString());
+        // padded is a heap layout: its forks say so
+        List<String> padded = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+padded"));
+        assertTrue(padded.contains("-Dsymmem4j.flight.recorder.storage=heap"), padded.toString());
+        List<String> compact = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+compact+heap"));
+        assertTrue(compact.contains("-Dsymmem4j.flight.recorder.storage=heap")
+                && compact.contains("-Dsymmem4j.flight.recorder.compact=true"), compact.toString());
+        for (String bad : new String[] {"in-shadow+heap+padded", "in-shadow+runs+heap", "in-shadow+heap+heap"}) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                    () -> FlightRecorderPairedBenchmark.forkFlags(1024, bad), bad);
+            assertTrue(e.getMessage().contains("[+heap]") && e.getMessage().contains("in-shadow+heap"), e.getMessage());
+        }
+    }
+
+    @Test
     void aRunsCellAndItsAaControl() {
         List<String> runs = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+runs"));
         assertTrue(runs.contains("-Dsymmem4j.flight.recorder.runs=true"), runs.toString());

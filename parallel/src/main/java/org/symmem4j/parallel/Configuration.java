@@ -223,6 +223,24 @@ public final class Configuration {
             .build("in-shadow", "`in-shadow`", choice("after-wait", "in-shadow"));
 
     /**
+     * {@code symmem4j.flight.recorder.storage}: where the flight recorder keeps its entries and its two per-collective
+     * counters, in one page-aligned off-heap segment per recorder (the default) or in a heap array (issue #36, the
+     * placement test).
+     */
+    public static final Setting<String> FLIGHT_RECORDER_STORAGE = Setting.property("symmem4j.flight.recorder.storage")
+            .type("choice")
+            .accepts("`off-heap`, `heap`")
+            .experimental()
+            .describedAs("where each rank's flight recorder keeps its entries and its two per-collective counters:"
+                    + " `off-heap`, one segment per recorder allocated page-aligned, the counters on a line of their own"
+                    + " at page offset 3968 and the entries from the next page, so that nothing the recorder writes per"
+                    + " collective shares a cache line or a 4 KiB alias with another rank's data, pads or objects, in"
+                    + " every JVM alike; `heap`, a `long[]` wherever the collector puts it, next to other objects (the"
+                    + " layout before 2026-11-30; to compare in `FlightRecorderCostBench --arrivals"
+                    + " in-shadow,in-shadow+heap`); `symmem4j.flight.recorder.padded=true` implies `heap`; read once per JVM")
+            .build("off-heap", "`off-heap`", choice("off-heap", "heap"));
+
+    /**
      * {@code symmem4j.flight.recorder.padded}: whether the flight recorder keeps what it writes per collective (its
      * entries and its two counters) at least 128 bytes away from every other heap object (issue #36, the one-shot
      * false-sharing test).

@@ -64,6 +64,8 @@ public final class ControlPlane implements AutoCloseable {
     private final PadSynchronizer sync;
     /** The memory of pads {@link #open} allocated, closed with this control plane; null over another's memory. */
     private final SymmetricMemory owned;
+    /** The memory whose pads this control plane uses (owned or not): named in {@link FlightRecording#placement}. */
+    private final SymmetricMemory memory;
     /** The descriptor of {@link #checkAgreement} and {@link #barrier}, reused: the hot path allocates nothing. */
     private final Descriptor call = new Descriptor();
     /**
@@ -82,10 +84,11 @@ public final class ControlPlane implements AutoCloseable {
     /** The JFR event of the collective in progress; null while no recording enables {@link CollectiveEvent}. */
     private CollectiveEvent event;
 
-    private ControlPlane(Group group, PadSynchronizer sync, SymmetricMemory owned, String kind) {
+    private ControlPlane(Group group, PadSynchronizer sync, SymmetricMemory memory, SymmetricMemory owned, String kind) {
         this.rank = group.rank();
         this.worldSize = group.worldSize();
         this.sync = sync;
+        this.memory = memory;
         this.owned = owned;
         this.made = FlightRecorder.create(rank, worldSize, kind);
         this.recorder = made;
@@ -112,7 +115,7 @@ public final class ControlPlane implements AutoCloseable {
                     + hostTransport.name() + " gave " + memory.getClass().getSimpleName()
                     + " (fix: pass a host transport: host-in-jvm or host-shm)");
         }
-        return new ControlPlane(group, pads.sync(), memory, "device-m" + memory.id());
+        return new ControlPlane(group, pads.sync(), memory, memory, "device-m" + memory.id());
     }
 
     /**
@@ -125,7 +128,7 @@ public final class ControlPlane implements AutoCloseable {
      * @return this rank's control plane; closing it closes nothing
      */
     public static ControlPlane over(Group group, PadSynchronizer sync, SymmetricMemory memory) {
-        return new ControlPlane(group, sync, null, "host-m" + memory.id());
+        return new ControlPlane(group, sync, memory, null, "host-m" + memory.id());
     }
 
     /** {@return this rank's synchronizer over the pads} */
@@ -210,6 +213,24 @@ public final class ControlPlane implements AutoCloseable {
                 made.restartAt(seq); // the collectives in between were not recorded: its dump starts here
             }
             recorder = on ? made : null;
+        }
+
+        @Override
+        public String placement() {
+            StringBuilder b = new StringBuilder("rank ").append(rank).append(": ").append(made.placement())
+                    .append("; signal pads");
+            for (int r = 0; r < worldSize; r++) {
+                b.append(r == 0 ? " " : ", ").append(r).append(": ")
+                        .append(FlightRecorderLayout.describe(sync.pad(r).address()));
+            }
+            if (memory.hostAddressable() && memory.byteSize() > 0) {
+                b.append("; data");
+                for (int r = 0; r < worldSize; r++) {
+                    b.append(r == 0 ? " " : ", ").append(r).append(": ")
+                            .append(FlightRecorderLayout.describe(memory.peer(r).address()));
+                }
+            }
+            return b.toString();
         }
     }
 

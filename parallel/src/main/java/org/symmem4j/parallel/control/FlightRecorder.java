@@ -84,7 +84,24 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * <p>One array of entries rather than one array per field: a collective touches one cache line of {@code ring} and
  * one array bounds check instead of eight arrays.
  *
- * <p><b>Padded (experimental, {@link Configuration#FLIGHT_RECORDER_PADDED}).</b> The one-shot cost on 2 ranks is
+ * <p><b>Storage: one page-aligned off-heap segment per recorder (the default, {@link
+ * Configuration#FLIGHT_RECORDER_STORAGE}).</b> The entries, {@code lastSeq} and {@code startedSeq} live in a segment of
+ * their own ({@link FlightRecorderLayout}: the counters at page offset 3968, the entries from the next page, 128 bytes of
+ * zero after them), so that in every JVM alike what the recorder writes per collective lies at the same page and line
+ * offsets and shares no line with another rank's pad, data or heap object. Each entry carries its operation's name as
+ * an index (SHAPE_FAILED's bits 33-43, as compact does), compared by reference with four names kept in fields, so the
+ * hot path reads no per-slot array and stores no reference (no GC card mark). The fields it reads ({@code mask}, the
+ * storage, the names) sit between 128-byte pads in this object ({@link FlightRecorderFields}) and are not written per
+ * collective; the storage is accessed by address through a constant segment of all memory ({@code
+ * FlightRecorderLayout.getAt}), so no heap object but this one's padded fields is read (not the {@code MemorySegment}
+ * object, not its arena's session). Why: on 32 idle cores the one-shot cost was bimodal per fork (+4 to +61 ns against 6.6 ns of calls) and
+ * not explained by the JIT ({@code bench/results/2026-11-29-ring-recorder-prewarm-32core.md}); the heap array's and
+ * object's placement, which differs per JVM and moves with every collection, was the remaining per-fork variable
+ * ({@code bench/results/2026-11-30-recorder-placement.md}). {@code heap} keeps the array of before, for comparison in
+ * one run.
+ *
+ * <p><b>Padded (experimental, {@link Configuration#FLIGHT_RECORDER_PADDED}; a heap layout: it implies {@code
+ * storage=heap}).</b> The one-shot cost on 2 ranks is
  * 20–40 ns more than these calls' own 4–5 ns, and a line this rank writes per collective that also holds an object a
  * peer rank reads or writes would cost a cache-line transfer per collective in one-shot's single synchronisation. With
  * the setting, nothing written per collective lies within 128 bytes (a line and its adjacent-line prefetch partner) of
@@ -99,8 +116,8 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * <p><b>Compact (experimental, {@link Configuration#FLIGHT_RECORDER_COMPACT}).</b> The layout above walks 68 KiB per lap
  * of 1,024 entries (64-byte entries and 4-byte name references), more than a 48 KiB L1, so every collective's entry
  * is a line the core no longer holds and evicts another. With the setting an entry is 4 longs, {@code [0] SEQ, [1]
- * BEGUN, [2] ENDED, [3] SHAPE_FAILED}, the last word also holding the name's index into {@link #names} (bits 33-43)
- * and the slot of its arguments in {@link #args} (bits 44-63), a second ring appended to only when a collective's
+ * BEGUN, [2] ENDED, [3] SHAPE_FAILED}, the last word also holding the name's index into {@code names} (bits 33-43)
+ * and the slot of its arguments in {@code args} (bits 44-63), a second ring appended to only when a collective's
  * arguments differ from its newest record: 32 KiB per lap, and what a dump holds is the same. It is the cache-footprint
  * test of #36, measured against the layout above in one run ({@code FlightRecorderCostBench --arrivals
  * in-shadow,in-shadow+compact,in-shadow@256}); padded wins when both are set.
@@ -138,7 +155,7 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * {@link Configuration#FLIGHT_RECORDER_DIR}. Not thread-safe: written by the rank's thread that runs
  * the communicator; {@link #dump} runs on that thread too (from the failure path).
  */
-public final class FlightRecorder {
+public final class FlightRecorder extends FlightRecorderFields.TailPad {
 
     /** Where a recorded collective got to. */
     public enum State {
@@ -158,7 +175,6 @@ public final class FlightRecorder {
     private final int rank;
     private final int worldSize;
     private final String communicator;
-    private final int mask;
     /**
      * Whether each entry is 4 longs (32 bytes) instead of 8 and a name reference: {@link
      * Configuration#FLIGHT_RECORDER_COMPACT}, read once per JVM (C2 folds every branch on it). Compact: {@code [0]
@@ -186,10 +202,13 @@ public final class FlightRecorder {
     private static final int SHAPE_FAILED = COMPACT ? 3 : 7;
     private static final long SHAPE_MASK = 0xffff_ffffL;
     private static final long FAILED_FLAG = 1L << 32;
-    /** Compact: where the name's index sits in SHAPE_FAILED, and its width (index {@link #NAME_SPILLED}: in {@link #what}). */
+    /**
+     * Compact or off-heap ({@link #NAMED}): where the name's index sits in SHAPE_FAILED, and its width (index {@link
+     * #NAME_SPILLED}: in {@link #what}).
+     */
     private static final int NAME_SHIFT = 33;
     private static final int NAME_MASK = (1 << 11) - 1;
-    /** Compact: the name index meaning "more distinct names than the index holds: the name is in {@link #what}". */
+    /** Named: the name index meaning "more distinct names than the index holds: the name is in {@link #what}". */
     private static final int NAME_SPILLED = NAME_MASK;
     /** Compact: where the arguments' slot in {@link #args} sits in SHAPE_FAILED (20 bits: capacity is at most 2^20). */
     private static final int ARGS_SHIFT = 44;
@@ -201,36 +220,36 @@ public final class FlightRecorder {
      */
     private static final boolean PADDED = Configuration.FLIGHT_RECORDER_PADDED.get();
     /**
+     * Whether the entries and the two per-collective counters live in one page-aligned off-heap segment per recorder
+     * ({@link FlightRecorderLayout}): {@link Configuration#FLIGHT_RECORDER_STORAGE} {@code off-heap}, the default,
+     * unless padded (a heap layout) or runs; read once per JVM, so C2 folds every branch on it.
+     */
+    private static final boolean OFF_HEAP = "off-heap".equals(Configuration.FLIGHT_RECORDER_STORAGE.get()) && !PADDED
+            && !RUNS;
+    /**
+     * Whether an entry carries its operation's name as an index into {@link #names} (SHAPE_FAILED's bits 33-43) instead
+     * of a reference in {@link #what}: compact and off-heap, so that the hot path reads no per-slot heap array.
+     */
+    private static final boolean NAMED = COMPACT || OFF_HEAP;
+    /** Whether the two counters live in the storage ({@link #LAST_SEQ_AT}, {@link #STARTED_SEQ_AT}), not in fields. */
+    private static final boolean COUNTERS_IN_STORAGE = PADDED || OFF_HEAP;
+    /**
      * Longs before the first entry in {@link #ring}: padded, 16 (the array's 16-byte header plus 128 bytes), the two
      * counters in the last line of it ({@link #LAST_SEQ_AT}, {@link #STARTED_SEQ_AT}), so no line this recorder writes
      * holds the array's header or any byte of the object before the array; else 0.
      */
-    private static final int HEAD = PADDED ? 16 : 0;
+    private static final int HEAD = OFF_HEAP ? (int) (FlightRecorderLayout.ENTRIES_OFFSET / Long.BYTES) : PADDED ? 16 : 0;
     /** Longs after the last entry in {@link #ring}: padded, 16 (128 bytes from the next object); else 0. */
     private static final int TAIL = PADDED ? 16 : 0;
-    /** Where {@link #ring} holds the newest recorded sequence number when padded (else the field {@link #lastSeq}). */
-    private static final int LAST_SEQ_AT = 14;
-    /** Where {@link #ring} holds the newest started sequence number when padded (else {@link #startedSeq}). */
-    private static final int STARTED_SEQ_AT = 15;
+    /** Where the storage holds the newest recorded sequence number when padded or off-heap (else {@link #lastSeq}). */
+    private static final int LAST_SEQ_AT = OFF_HEAP ? (int) (FlightRecorderLayout.LAST_SEQ_OFFSET / Long.BYTES) : 14;
+    /** Where the storage holds the newest started sequence number when padded or off-heap (else {@link #startedSeq}). */
+    private static final int STARTED_SEQ_AT = OFF_HEAP ? (int) (FlightRecorderLayout.STARTED_SEQ_OFFSET / Long.BYTES) : 15;
     /** References before the first name in {@link #what}: padded, 32 (at least 128 bytes); else 0. */
     private static final int WHAT_HEAD = PADDED ? 32 : 0;
 
-    /** Every entry's 8 longs, entry after entry (see the class comment), from {@link #HEAD}. */
-    private final long[] ring;
     /** The run-length layout's ring when {@link #RUNS}; else null. */
     private final FlightRuns runs;
-    /** The entries' operation names, from {@link #WHAT_HEAD}; compact: only those spilled, null until one is. */
-    private String[] what;
-    /** Compact: (count, bytes, memory id, memory offset) records, 4 longs each, a ring of {@code capacity}; else null. */
-    private final long[] args;
-    /** Compact: the newest record's index in {@link #args} (a multiple of 4); -4 while none. */
-    private int lastArgs = -4;
-    /** Compact: the distinct operation names seen, by index; else null. */
-    private String[] names;
-    private int nameCount;
-    /** Compact: the newest name stored and its index (names are constants: usually the same). */
-    private String lastName;
-    private long lastNameBits;
     /** The sequence number of the first collective recorded since creation or {@link #restartAt}. */
     private long firstSeq;
     /** Unpadded: the newest collective recorded; firstSeq - 1 while none ({@link #lastSeq()}). */
@@ -242,19 +261,49 @@ public final class FlightRecorder {
     private static final java.util.concurrent.atomic.AtomicLong DUMPS = new java.util.concurrent.atomic.AtomicLong();
 
     private FlightRecorder(int rank, int worldSize, String communicator, int capacity) {
+        // the hot fields, padded (FlightRecorderFields): the entries in a page-aligned segment of their own (off-heap,
+        // the default, whose allocate() sets both counters to -1) or in a heap array
+        super(capacity - 1, RUNS || OFF_HEAP ? null : new long[HEAD + capacity * STRIDE + TAIL],
+                OFF_HEAP ? FlightRecorderLayout.allocate(capacity, STRIDE) : null,
+                NAMED || RUNS ? null : new String[WHAT_HEAD + capacity + WHAT_HEAD],
+                NAMED ? new String[8] : null, COMPACT && !RUNS ? new long[4 * capacity] : null);
         this.rank = rank;
         this.worldSize = worldSize;
         this.communicator = communicator;
-        this.mask = capacity - 1;
         this.runs = RUNS ? new FlightRuns(capacity) : null;
-        this.ring = RUNS ? null : new long[HEAD + capacity * STRIDE + TAIL];
-        this.what = COMPACT || RUNS ? null : new String[WHAT_HEAD + capacity + WHAT_HEAD];
-        this.args = COMPACT && !RUNS ? new long[4 * capacity] : null;
-        this.names = COMPACT && !RUNS ? new String[8] : null;
         if (PADDED && !RUNS) {
             ring[LAST_SEQ_AT] = -1;
             ring[STARTED_SEQ_AT] = -1;
         }
+    }
+
+    /** {@return the long at index {@code i} of the storage} (plain: only this rank's thread reads and writes it) */
+    private long at(int i) {
+        return OFF_HEAP ? FlightRecorderLayout.getAt(base, i) : ring[i];
+    }
+
+    /** Stores {@code v} at index {@code i} of the storage (plain: only this rank's thread reads and writes it). */
+    private void put(int i, long v) {
+        if (OFF_HEAP) {
+            FlightRecorderLayout.putAt(base, i, v);
+        } else {
+            ring[i] = v;
+        }
+    }
+
+    /**
+     * {@return where this recorder's storage lies}, for placement reports ({@link FlightRecording#placement}): the
+     * off-heap segment's address and its offsets in a page and a line, or that the heap array's address is not
+     * visible (without {@code Unsafe})
+     */
+    public String placement() {
+        if (OFF_HEAP) {
+            return "recorder off-heap at " + FlightRecorderLayout.describe(storage.address()) + ", counters at +"
+                    + FlightRecorderLayout.LAST_SEQ_OFFSET + ", entries at +" + FlightRecorderLayout.ENTRIES_OFFSET + " ("
+                    + STRIDE * Long.BYTES + " bytes each)";
+        }
+        return "recorder on the heap (" + (RUNS ? "runs" : PADDED ? "padded" : COMPACT ? "compact" : "entries")
+                + "; its address is not visible without Unsafe)";
     }
 
     /** {@return the newest collective recorded; firstSeq - 1 while none} */
@@ -262,15 +311,15 @@ public final class FlightRecorder {
         if (RUNS) {
             return Math.max(runs.lastSeq(), firstSeq - 1);
         }
-        return PADDED ? ring[LAST_SEQ_AT] : lastSeq;
+        return COUNTERS_IN_STORAGE ? at(LAST_SEQ_AT) : lastSeq;
     }
 
     private void lastSeq(long s) {
         if (RUNS) {
             return; // derived from the newest run
         }
-        if (PADDED) {
-            ring[LAST_SEQ_AT] = s;
+        if (COUNTERS_IN_STORAGE) {
+            put(LAST_SEQ_AT, s);
         } else {
             lastSeq = s;
         }
@@ -278,7 +327,7 @@ public final class FlightRecorder {
 
     /** {@return the newest collective whose entry barrier passed (every rank agreed); -1 while none} */
     private long startedSeq() {
-        return PADDED ? ring[STARTED_SEQ_AT] : startedSeq;
+        return COUNTERS_IN_STORAGE ? at(STARTED_SEQ_AT) : startedSeq;
     }
 
     /** {@return where the entry of collective {@code s} begins in {@link #ring}} */
@@ -365,26 +414,29 @@ public final class FlightRecorder {
         long s = d.seq();
         int i = WHAT_HEAD + (int) (s & mask);
         int e = entryAt(s);
-        long[] r = ring;
         int shape = shapeOf(d);
         if (COMPACT) {
-            r[e + SEQ] = s;
-            r[e + BEGUN] = CoarseClock.millis();
-            r[e + ENDED] = 0;
-            r[e + SHAPE_FAILED] = shape & SHAPE_MASK | nameBits(operation, i) | argsBits(d);
+            put(e + SEQ, s);
+            put(e + BEGUN, CoarseClock.millis());
+            put(e + ENDED, 0);
+            put(e + SHAPE_FAILED, shape & SHAPE_MASK | nameBits(operation, i) | argsBits(d));
             lastSeq(s);
             return;
         }
-        r[e + SEQ] = s;
-        r[e + COUNT] = d.count();
-        r[e + BYTES] = d.bufferBytes();
-        r[e + MEMORY_ID] = d.memoryId();
-        r[e + MEMORY_OFFSET] = d.memoryOffset();
-        r[e + BEGUN] = CoarseClock.millis();
-        r[e + ENDED] = 0;
-        r[e + SHAPE_FAILED] = shape & SHAPE_MASK;
-        if (what[i] != operation) {
-            what[i] = operation;
+        put(e + SEQ, s);
+        put(e + COUNT, d.count());
+        put(e + BYTES, d.bufferBytes());
+        put(e + MEMORY_ID, d.memoryId());
+        put(e + MEMORY_OFFSET, d.memoryOffset());
+        put(e + BEGUN, CoarseClock.millis());
+        put(e + ENDED, 0);
+        if (NAMED) {
+            put(e + SHAPE_FAILED, shape & SHAPE_MASK | nameBits(operation, i));
+        } else {
+            put(e + SHAPE_FAILED, shape & SHAPE_MASK);
+            if (what[i] != operation) {
+                what[i] = operation;
+            }
         }
         lastSeq(s);
     }
@@ -428,11 +480,29 @@ public final class FlightRecorder {
         return (long) (k >>> 2) << ARGS_SHIFT;
     }
 
-    /** Compact: the name's index, shifted into place; a name past the index's range goes to {@link #what}'s slot i. */
+    /**
+     * Named: the name's index, shifted into place; a name past the index's range goes to {@link #what}'s slot i. The
+     * hot path compares the first four names' references (fields between the pads) and writes nothing (names are
+     * constants); a new name, a fifth one, or an equal string that is not the same object takes {@link #newNameBits}.
+     */
     private long nameBits(String operation, int i) {
-        if (operation == lastName) {
-            return lastNameBits;
+        if (operation == name0) {
+            return 0;
         }
+        if (operation == name1) {
+            return 1L << NAME_SHIFT;
+        }
+        if (operation == name2) {
+            return 2L << NAME_SHIFT;
+        }
+        if (operation == name3) {
+            return 3L << NAME_SHIFT;
+        }
+        return newNameBits(operation, i);
+    }
+
+    /** Named, off the hot path: the index of a name compared by value, added when new, spilled past the range. */
+    private long newNameBits(String operation, int i) {
         int n = 0;
         while (n < nameCount && !names[n].equals(operation)) {
             n++;
@@ -442,6 +512,13 @@ public final class FlightRecorder {
                 names = java.util.Arrays.copyOf(names, 2 * n);
             }
             names[nameCount++] = operation;
+            switch (n) {
+                case 0 -> name0 = operation;
+                case 1 -> name1 = operation;
+                case 2 -> name2 = operation;
+                case 3 -> name3 = operation;
+                default -> { } // compared by value in names
+            }
         }
         if (n >= NAME_SPILLED) {
             if (what == null) {
@@ -450,26 +527,24 @@ public final class FlightRecorder {
             what[i] = operation; // not cached: every such entry stores its name
             return (long) NAME_SPILLED << NAME_SHIFT;
         }
-        lastName = operation;
-        lastNameBits = (long) n << NAME_SHIFT;
-        return lastNameBits;
+        return (long) n << NAME_SHIFT;
     }
 
     /** {@return the name of the entry at {@code e}, slot {@code i}} */
     private String nameOf(int e, int i) {
-        if (!COMPACT) {
+        if (!NAMED) {
             return what[i];
         }
-        int n = (int) (ring[e + SHAPE_FAILED] >>> NAME_SHIFT) & NAME_MASK;
+        int n = (int) (at(e + SHAPE_FAILED) >>> NAME_SHIFT) & NAME_MASK;
         return n == NAME_SPILLED ? what[i] : names[n];
     }
 
     /** {@return argument {@code field} (COUNT, BYTES, MEMORY_ID, MEMORY_OFFSET) of the entry at {@code e}} */
     private long argument(int e, int field) {
         if (!COMPACT) {
-            return ring[e + field];
+            return at(e + field);
         }
-        int k = 4 * (int) (ring[e + SHAPE_FAILED] >>> ARGS_SHIFT);
+        int k = 4 * (int) (at(e + SHAPE_FAILED) >>> ARGS_SHIFT);
         return args[k + field - COUNT];
     }
 
@@ -484,7 +559,7 @@ public final class FlightRecorder {
         if (RUNS) {
             return s >= firstSeq && runs.find(s) < 0;
         }
-        return s >= firstSeq && (s > lastSeq() || ring[entryAt(s) + SEQ] != s);
+        return s >= firstSeq && (s > lastSeq() || at(entryAt(s) + SEQ) != s);
     }
 
     /**
@@ -497,8 +572,8 @@ public final class FlightRecorder {
             runs.startScheduled(s); // without its arguments: only a run copied in at arrival can start here
             return;
         }
-        if (PADDED) {
-            ring[STARTED_SEQ_AT] = s;
+        if (COUNTERS_IN_STORAGE) {
+            put(STARTED_SEQ_AT, s);
         } else {
             startedSeq = s;
         }
@@ -530,22 +605,20 @@ public final class FlightRecorder {
             return;
         }
         int e = entryAt(s);
-        long[] r = ring;
-        if (r[e + SEQ] == s && r[e + ENDED] == 0) {
-            r[e + ENDED] = CoarseClock.millis();
+        if (at(e + SEQ) == s && at(e + ENDED) == 0) {
+            put(e + ENDED, CoarseClock.millis());
         }
     }
 
     /** The state of the entry at {@code e} (see the class comment). */
     private State stateOf(int e) {
-        long[] r = ring;
-        if ((r[e + SHAPE_FAILED] & FAILED_FLAG) != 0) {
+        if ((at(e + SHAPE_FAILED) & FAILED_FLAG) != 0) {
             return State.FAILED;
         }
-        if (r[e + ENDED] != 0) {
+        if (at(e + ENDED) != 0) {
             return State.COMPLETED;
         }
-        return r[e + SEQ] <= startedSeq() ? State.STARTED : State.SCHEDULED;
+        return at(e + SEQ) <= startedSeq() ? State.STARTED : State.SCHEDULED;
     }
 
     /**
@@ -564,21 +637,20 @@ public final class FlightRecorder {
         }
         int i = WHAT_HEAD + (int) (s & mask);
         int e = entryAt(s);
-        long[] r = ring;
         long now = CoarseClock.millis();
-        if (r[e + SEQ] != s || s < firstSeq || s > lastSeq()) {
-            r[e + SEQ] = s;
-            r[e + BEGUN] = now;
-            r[e + SHAPE_FAILED] = 0; // no arguments: it never arrived
-            if (COMPACT) {
-                r[e + SHAPE_FAILED] = nameBits(operation, i);
+        if (at(e + SEQ) != s || s < firstSeq || s > lastSeq()) {
+            put(e + SEQ, s);
+            put(e + BEGUN, now);
+            put(e + SHAPE_FAILED, 0); // no arguments: it never arrived
+            if (NAMED) {
+                put(e + SHAPE_FAILED, nameBits(operation, i));
             } else {
                 what[i] = operation;
             }
             lastSeq(Math.max(lastSeq(), s));
         }
-        r[e + SHAPE_FAILED] |= FAILED_FLAG;
-        r[e + ENDED] = now;
+        put(e + SHAPE_FAILED, at(e + SHAPE_FAILED) | FAILED_FLAG);
+        put(e + ENDED, now);
         return dumpOnce(s, reason);
     }
 
@@ -668,18 +740,17 @@ public final class FlightRecorder {
             return runs.ops(from, Math.min(n, capacity()));
         }
         List<Op> out = new ArrayList<>();
-        long[] r = ring;
         for (long q = from; q <= last; q++) {
             int i = WHAT_HEAD + (int) (q & mask);
             int e = entryAt(q);
-            if (r[e + SEQ] != q) {
+            if (at(e + SEQ) != q) {
                 continue; // began but neither arrived nor failed: not recorded
             }
-            int sh = (int) (r[e + SHAPE_FAILED] & SHAPE_MASK);
+            int sh = (int) (at(e + SHAPE_FAILED) & SHAPE_MASK);
             boolean hasShape = (sh & 0xff) != 0;
             out.add(new Op(q, nameOf(e, i), sh, hasShape ? argument(e, COUNT) : -1, hasShape ? argument(e, BYTES) : -1,
                     hasShape ? argument(e, MEMORY_ID) : -1, hasShape ? argument(e, MEMORY_OFFSET) : 0, stateOf(e),
-                    r[e + BEGUN], r[e + ENDED], q, q));
+                    at(e + BEGUN), at(e + ENDED), q, q));
         }
         return out;
     }

@@ -21,26 +21,35 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 import org.symmem4j.parallel.trace.Json;
 
 /**
- * {@code symmem4j.flight.recorder.padded} and {@code symmem4j.flight.recorder.compact} (read once per JVM) change where the recorder keeps its entries and
- * counters, never what it records: one call sequence (wrap-around, started-only, scheduled-only, a failure before
- * arriving, a failure after completing, a restart) gives the same dump and the same last collectives in a JVM with
- * the padding, in one with the compact entries, in one with runs ({@code symmem4j.flight.recorder.runs}, where this
- * sequence reaches the runs through the failure path's copy at arrival) and in one with none, and the padded JVM's
- * arrays carry the padding, the compact one's entries are 4 longs with no name array.
+ * {@code symmem4j.flight.recorder.storage}, {@code symmem4j.flight.recorder.padded} and {@code
+ * symmem4j.flight.recorder.compact} (read once per JVM) change where the recorder keeps its entries and counters, never
+ * what it records: one call sequence (wrap-around, started-only, scheduled-only, a failure before arriving, a failure
+ * after completing, a restart) gives the same dump and the same last collectives in a JVM with the heap array, with
+ * the padding, with the compact entries (on the heap and off it), with runs ({@code symmem4j.flight.recorder.runs},
+ * where this sequence reaches the runs through the failure path's copy at arrival) and with the default, the off-heap
+ * segment; the padded JVM's arrays carry the padding, the compact one's entries are 4 longs with no name array, and
+ * the off-heap ones keep no heap array at all and a page-aligned segment of {@link FlightRecorderLayout#bytes}.
  */
 class FlightRecorderPaddingTest {
 
     @Test
     void thePaddedLayoutRecordsWhatTheUnpaddedOneRecords(@TempDir Path dir) throws Exception {
-        String unpadded = child(dir, "plain", false, false);
-        String padded = child(dir, "padded", true, false);
-        String compact = child(dir, "compact", false, true);
+        String unpadded = child(dir, "plain", false, false, HEAP);
+        String padded = child(dir, "padded", true, false); // padded implies the heap
+        String compact = child(dir, "compact", false, true, HEAP);
+        String offHeap = child(dir, "off-heap", false, false); // the default storage
+        String offHeapCompact = child(dir, "off-heap-compact", false, true);
         String runs = child(dir, "runs", false, false, "-D" + Configuration.FLIGHT_RECORDER_RUNS.property() + "=true");
-        assertTrue(unpadded.contains("layout padded=false ring=32 what=4"), unpadded);
-        assertTrue(padded.contains("layout padded=true ring=64 what=68"), padded);
-        assertTrue(compact.contains("layout padded=false ring=16 what=none"), compact);
+        assertTrue(unpadded.contains("layout padded=false ring=32 what=4 storage=none"), unpadded);
+        assertTrue(padded.contains("layout padded=true ring=64 what=68 storage=none"), padded);
+        assertTrue(compact.contains("layout padded=false ring=16 what=none storage=none"), compact);
+        // 4 entries of 64 bytes (32 compact) from the second page, then 128 bytes: two pages, page-aligned
+        assertTrue(offHeap.contains("layout padded=false ring=none what=none storage=8192 aligned"), offHeap);
+        assertTrue(offHeapCompact.contains("layout padded=false ring=none what=none storage=8192 aligned"), offHeapCompact);
         assertEquals(records(unpadded), records(padded));
         assertEquals(records(unpadded), records(compact));
+        assertEquals(records(unpadded), records(offHeap));
+        assertEquals(records(unpadded), records(offHeapCompact));
         assertTrue(runs.contains("layout padded=false ring=none what=none"), runs);
         assertEquals(records(unpadded), records(runs));
         // #10-#13 are one run there, of which the ring of 4 shows #13, with its own times
@@ -50,6 +59,9 @@ class FlightRecorderPaddingTest {
         assertTrue(records(compact).contains("bytes=52.0, count=13.0, dtype=FLOAT32, endedMillis=true, kind=all_reduce,"
                 + " memoryId=3.0, memoryOffset=24.0, op=all-reduce, reduceOp=SUM, seq=13.0"), compact);
     }
+
+    /** The heap array's storage ({@code symmem4j.flight.recorder.storage=heap}): the layout before 2026-11-30. */
+    private static final String HEAP = "-D" + Configuration.FLIGHT_RECORDER_STORAGE.property() + "=heap";
 
     private static String records(String out) {
         return out.lines().filter(l -> l.startsWith("record ")).reduce("", (a, b) -> a + b + "\n");
@@ -127,13 +139,15 @@ class FlightRecorderPaddingTest {
                 Algorithm.TWO_SHOT.ordinal(), -1, 5, 20, -1, 0, 0, Problem.NONE), "all-reduce");
         r.started(20);
         print(r);
+        java.lang.foreign.MemorySegment storage = (java.lang.foreign.MemorySegment) field("storage").get(r);
         System.out.println("layout padded=" + Configuration.FLIGHT_RECORDER_PADDED.get() + " ring="
                 + (field("ring").get(r) == null ? "none" : ((long[]) field("ring").get(r)).length) + " what="
-                + (field("what").get(r) == null ? "none" : ((String[]) field("what").get(r)).length));
+                + (field("what").get(r) == null ? "none" : ((String[]) field("what").get(r)).length) + " storage="
+                + (storage == null ? "none" : storage.byteSize() + (storage.address() % 4096 == 0 ? " aligned" : " unaligned")));
     }
 
     private static Field field(String name) throws NoSuchFieldException {
-        Field f = FlightRecorder.class.getDeclaredField(name);
+        Field f = FlightRecorderFields.Hot.class.getDeclaredField(name); // the hot fields, between the pads
         f.setAccessible(true);
         return f;
     }
