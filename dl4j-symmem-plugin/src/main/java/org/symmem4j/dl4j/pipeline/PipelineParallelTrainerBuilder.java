@@ -75,6 +75,7 @@ public final class PipelineParallelTrainerBuilder
     InputType inputType;
     private DataSet profileSample;
     private StageProfile profile;
+    private InPipelineProfile inPipeline;
 
     /**
      * A network (or graph) started from a configuration: the reservation under it, hollow ({@link HollowNetworks}),
@@ -354,6 +355,7 @@ public final class PipelineParallelTrainerBuilder
     public PipelineParallelTrainerBuilder splitByMeasuredTimes(DataSet sample) {
         this.profileSample = Objects.requireNonNull(sample, "sample");
         this.profile = null;
+        this.inPipeline = null;
         return this;
     }
 
@@ -365,6 +367,24 @@ public final class PipelineParallelTrainerBuilder
      */
     public PipelineParallelTrainerBuilder splitBy(StageProfile profile) {
         this.profile = Objects.requireNonNull(profile, "profile");
+        this.profileSample = null;
+        this.inPipeline = null;
+        return this;
+    }
+
+    /**
+     * Splits by stage times measured inside the pipeline ({@link InPipelineProfile}): a few warm steps of a trainer split
+     * by measured times, each stage's in-pipeline time related to its layers' alone times, and the split chosen for
+     * those times ({@link InPipelineProfile#split}) with this builder's rules (tensor-parallel and residual blocks stay
+     * in one stage). The times are per stage position: the ranks and stages per rank must be those they were measured
+     * with. {@link PipelineParallelTrainer#profile()} is then {@link InPipelineProfile#layerTimes()}.
+     *
+     * @param times the stage times of the profiling run
+     * @return this builder
+     */
+    public PipelineParallelTrainerBuilder splitBy(InPipelineProfile times) {
+        this.inPipeline = Objects.requireNonNull(times, "times");
+        this.profile = null;
         this.profileSample = null;
         return this;
     }
@@ -483,7 +503,7 @@ public final class PipelineParallelTrainerBuilder
         if (linkSlots > 0) {
             plan.requireSlots(linkSlots);
         }
-        if (stageBoundaries != null && (profile != null || profileSample != null)) {
+        if (stageBoundaries != null && (profile != null || profileSample != null || inPipeline != null)) {
             throw new IllegalArgumentException("stageBoundaries and a split by measured times were both given:"
                     + " expected one (boundaries fix the split; measured times choose it); fix: drop stageBoundaries(...)"
                     + " or drop splitByMeasuredTimes(...)/splitBy(...)");
@@ -495,7 +515,7 @@ public final class PipelineParallelTrainerBuilder
         if (wiring != null) {
             refuseForBranchedGraph(wiring, stageCount);
         }
-        StageProfile measured = profile;
+        StageProfile measured = inPipeline != null ? inPipeline.layerTimes() : profile;
         if (profileSample != null) {
             // a replica's microbatch is 1/(microbatches x replicas) of the batch
             measured = StageProfile.measure(network, profileSample, microbatches * dataParallel, PROFILE_STEPS,
@@ -509,6 +529,8 @@ public final class PipelineParallelTrainerBuilder
         PipelineStageSplit split;
         if (stageBoundaries != null) {
             split = PipelineStageSplit.atBoundaries(network, stageBoundaries);
+        } else if (inPipeline != null) {
+            split = inPipeline.split(network, generated, shape, canStart);
         } else if (measured != null) {
             split = PipelineStageSplit.byProfile(network, measured, generated, shape, canStart);
         } else {
