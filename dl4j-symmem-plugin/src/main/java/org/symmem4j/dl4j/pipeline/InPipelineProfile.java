@@ -249,6 +249,22 @@ public final class InPipelineProfile {
     }
 
     /**
+     * As {@link #stageDurationsMicros(int[])} for the stages of {@code split}.
+     *
+     * @param split a split of the measured network into the measured stage count
+     * @return per stage, forward and backward microseconds (at least 1)
+     * @throws IllegalArgumentException when the split has another stage or layer count
+     */
+    public StageDurations stageDurationsMicros(PipelineStageSplit split) {
+        int[] starts = new int[split.stageCount() + 1];
+        for (int s = 0; s < split.stageCount(); s++) {
+            starts[s] = split.firstLayer(s);
+        }
+        starts[split.stageCount()] = split.layerCount();
+        return stageDurationsMicros(starts);
+    }
+
+    /**
      * The exact split whose slowest stage, by {@link #stageDurationsMicros}'s model, is least (forward plus backward,
      * stages starting where {@code canStart} says); among equal ones the first found, the earliest boundaries.
      */

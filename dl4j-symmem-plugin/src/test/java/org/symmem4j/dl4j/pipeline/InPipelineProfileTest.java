@@ -2,6 +2,7 @@ package org.symmem4j.dl4j.pipeline;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -191,6 +192,10 @@ class InPipelineProfileTest {
                 .build()) {
             rebalanced = second.split().stageStarts();
             assertArrayEquals(new int[] {3, 4, 6}, rebalanced, "stage 1 twice as slow gives layer 4 away");
+            assertSame(alone, second.profile(), "the alone profile, for a second in-pipeline run to relate to");
+            assertEquals(org.symmem4j.pipeline.channel.LinkPlan.of(second.schedule(), second.shape())
+                    .stallFreeSlots(times.stageDurationsMicros(second.split())), second.linkSlots(), "links sized for"
+                    + " the in-pipeline times");
             for (int s = 3; s < data.size(); s++) {
                 second.fit(data.get(s));
             }
