@@ -34,7 +34,9 @@
 # split by what it holds and each JVM's CPU under load and over 10 idle seconds; then the worker processes again with
 # bare worker JVMs, the before of the worker JVM defaults; $OUT/serving-memory.md, $OUT/serving-memory-bare.md,
 # < 9 minutes), zb-h1 (issue #35: the DL4J pipeline with ZB-H1 against 1F1B at 4 and 8 ranks, split by measured
-# times, against the same bound, < 5 minutes; $OUT/zb-h1.md and .csv), sync-bn (issue #35: synchronized BatchNorm's cost per BatchNorm layer, the MLP and
+# times, against the same bound, < 5 minutes; $OUT/zb-h1.md and .csv), rebalance (issue #35: 1F1B at 4 and 8 ranks
+# split by layers timed alone and by stage times measured in the pipeline, same run, < 5 minutes; $OUT/rebalance.md),
+# sync-bn (issue #35: synchronized BatchNorm's cost per BatchNorm layer, the MLP and
 # the CNN with and without it in the same run, at 4, 8 and 16 worker threads, < 4 minutes; $OUT/sync-bn-w4.md,
 # -w8.md, -w16.md) and pipeline-zero (issue #35: ZeRO stage 1 on the pipeline's dp axis against the unsharded
 # pipeline, step time and model bytes, dp x pp = 2 x 4 and 4 x 4 rank threads, a core per rank, and stage 3 at 2 x 4,
@@ -77,7 +79,7 @@ bench() {
     case $step in
       main) main ;; small) small ;; omp1) omp1 ;; twocore) twocore ;; mpi) mpi ;; cnn) cnn ;; small16) small16 ;;
       zero1) zero1 ;; pipeline) pipeline ;; zero) zero ;; hsdp-threads) hsdp threads ;; hsdp-processes) hsdp processes ;;
-      serving) serving ;; serving-memory) serving_memory ;; zb-h1) zb_h1 ;; sync-bn) sync_bn ;;
+      serving) serving ;; serving-memory) serving_memory ;; zb-h1) zb_h1 ;; sync-bn) sync_bn ;; rebalance) rebalance ;;
       pipeline-zero) pipeline_zero ;; speculative) speculative ;;
       *) echo "unknown step $step" | tee -a "$log" ;;
     esac
@@ -189,7 +191,7 @@ pipeline_bound() {
   [ -n "${PIPELINE_AFFINITY:-}" ] && aff+=("-Dsymmem4j.affinity=$PIPELINE_AFFINITY")
   [ -n "${PIPELINE_AFFINITY_CPUS:-}" ] && aff+=("-Dsymmem4j.affinity.cpus=$PIPELINE_AFFINITY_CPUS")
   OMP_NUM_THREADS=1 timeout "$3" "${java[@]}" "${aff[@]}" org.symmem4j.benchmarks.dl4j.PipelineBench --ranks 4,8 \
-    --microbatches-per-rank 2 --features "${PIPELINE_FEATURES:-512}" --layers 16 --schedules "1f1b,$1" --splits time \
+    --microbatches-per-rank 2 --features "${PIPELINE_FEATURES:-512}" --layers 16 --schedules "1f1b${1:+,$1}" --splits "${PIPELINE_SPLITS:-time}" \
     --steps 10 --warmup 3 --single-steps 4 \
     --bound-seconds 1.5 --reps 2 --out "$out/$name.md" --raw "$out/$name.csv" --commit "${COMMIT:-unknown}" \
     --machine "$machine" --command "${PIPELINE_AFFINITY:+PIPELINE_AFFINITY=$PIPELINE_AFFINITY }bench/cpu-scaling/run.sh bench $2" \
@@ -204,6 +206,15 @@ pipeline() {
     OMP_NUM_THREADS=1 timeout 20 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 8 \
       --microbatches 16 --forward-us 1000 --backward-us 2000 --wait spin
   } > "$out/pipeline-executor.txt" 2>&1
+}
+
+# The split from stage times measured inside the pipeline against the split from layers timed alone (issue #35,
+# InPipelineProfile): 1F1B at 4 and 8 ranks, both splits in the same run (PIPELINE_SPLITS, default time,pipeline; a
+# profiling run of 3 warm + 4 measured steps per configuration before its first timed run); REBALANCE_SCHEDULES adds
+# schedules besides 1F1B (e.g. zb-h1, about twice the time). $OUT/rebalance.md and .csv (-physical-cores with
+# PIPELINE_AFFINITY=physical-cores), < 5 minutes.
+rebalance() {
+  PIPELINE_SPLITS="${PIPELINE_SPLITS:-time,pipeline}" pipeline_bound "${REBALANCE_SCHEDULES:-}" rebalance 330
 }
 
 # ZB-H1 against 1F1B (issue #35), the same way; $OUT/zb-h1.md and .csv.

@@ -15,6 +15,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.benchmarks.RawCsv;
+import org.symmem4j.dl4j.pipeline.InPipelineProfile;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainerBuilder;
 import org.symmem4j.dl4j.pipeline.PipelineSchedule;
@@ -43,7 +44,10 @@ import picocli.CommandLine.Option;
  * with {@code --features} equal to {@code --hidden} every hidden layer costs the same) on generated data, a single model's {@code fit()} with {@code --threads} ND4J threads as the baseline, and the
  * pipeline for each rank count, schedule (1F1B; interleaved with 2 stages per rank where the network
  * has the layers) and split (by parameter count; by measured pass times), each rank with
- * {@code --threads} ND4J threads: "a core per rank" with the default of 1. Every configuration trains
+ * {@code --threads} ND4J threads: "a core per rank" with the default of 1. The split {@code pipeline} re-balances from
+ * times measured inside the pipeline ({@link InPipelineProfile}): per configuration, once, a profiling run split by
+ * the alone profile trains {@code --warmup} untimed and {@code --rebalance-steps} measured steps, and the timed runs use
+ * the split those stage times call for. Every configuration trains
  * {@code --warmup} untimed steps, then {@code --steps} timed steps, {@code --reps} times round-robin
  * with the baseline (fresh trainer each time, the median repetition reported).
  *
@@ -69,7 +73,8 @@ import picocli.CommandLine.Option;
  *   PipelineBench [--ranks 2,4,8] [--microbatches-per-rank 4] [--batch-per-microbatch 128] [--features 64] [--hidden 512]
  *                 [--layers 8] [--steps 40] [--warmup 10] [--reps 3] [--threads 1] [--single-steps S]
  *                 [--bound-seconds 1.5]
- *                 [--schedules 1f1b,interleaved,gpipe,zb-h1] [--splits params,time] [--out FILE] [--raw FILE.csv] [--commit C]
+ *                 [--schedules 1f1b,interleaved,gpipe,zb-h1] [--splits params,time,pipeline] [--rebalance-steps 4]
+ *                 [--out FILE] [--raw FILE.csv] [--commit C]
  *                 [--command TEXT] [--machine TEXT]
  * </pre>
  */
@@ -117,8 +122,12 @@ public final class PipelineBench {
         double boundSeconds = 1.5;
         @Option(names = "--schedules", paramLabel = "SCHEDULE", split = ",", description = "schedules: 1f1b, interleaved, gpipe, zb-h1")
         List<String> schedules = new ArrayList<>(List.of("1f1b", "interleaved"));
-        @Option(names = "--splits", paramLabel = "SPLIT", split = ",", description = "how stages are balanced: params, time")
+        @Option(names = "--splits", paramLabel = "SPLIT", split = ",", description = "how stages are balanced: params,"
+                + " time (layers timed alone), pipeline (stage times measured in a short profiling run of the pipeline)")
         List<String> splits = new ArrayList<>(List.of("params", "time"));
+        @Option(names = "--rebalance-steps", paramLabel = "K", description = "measured steps of the profiling run that"
+                + " --splits pipeline takes its stage times from (after --warmup untimed steps; at most --steps)")
+        int rebalanceSteps = 4;
         @Option(names = "--tensor-parallel", paramLabel = "T", description = "tensor-parallel ranks per pipeline rank:"
                 + " the hidden layers' pairs (0-1, 2-3, ...) become Megatron blocks split over T, P x T threads per"
                 + " configuration (default 1: none; with T > 1 only --splits params, and the bound and single model stay"
@@ -140,7 +149,7 @@ public final class PipelineBench {
     record Options(List<Integer> ranks, int microbatchesPerRank, int batchPerMicrobatch, int features, int hidden, int layers,
                    int steps, int warmup, int reps, int threads, int singleSteps, double boundSeconds,
                    List<PipelineSchedule> schedules, List<String> splits, Path out, Path raw, String commit,
-                   String command, String machine, int tensorParallel) {
+                   String command, String machine, int tensorParallel, int rebalanceSteps) {
 
         static Options parse(String[] args) {
             return Cli.parse(new Flags(), args, f -> build(f, args));
@@ -160,8 +169,9 @@ public final class PipelineBench {
             }).toList();
             List<String> splits = f.splits.stream().map(String::trim).toList();
             for (String s : splits) {
-                if (!s.equals("params") && !s.equals("time")) {
-                    throw new IllegalArgumentException("--splits: unknown split=" + s + " expected params or time");
+                if (!s.equals("params") && !s.equals("time") && !s.equals("pipeline")) {
+                    throw new IllegalArgumentException("--splits: unknown split=" + s + " expected params, time or"
+                            + " pipeline (fix: pass e.g. --splits time,pipeline)");
                 }
             }
             String command = f.command;
@@ -180,8 +190,18 @@ public final class PipelineBench {
                     Cli.positive("--reps", f.reps), Cli.positive("--threads", f.threads),
                     f.singleSteps == null ? f.steps : Cli.positive("--single-steps", f.singleSteps),
                     nonNegativeSeconds(f.boundSeconds), schedules, splits, f.out,
-                    f.raw, f.commit, command, machine, checkedTensorParallel(f, splits));
+                    f.raw, f.commit, command, machine, checkedTensorParallel(f, splits), checkedRebalanceSteps(f));
         }
+    }
+
+    /** {@code --rebalance-steps}: at least 1, at most {@code --steps} (the profiling run trains on the run's batches). */
+    private static int checkedRebalanceSteps(Flags f) {
+        int k = Cli.positive("--rebalance-steps", f.rebalanceSteps);
+        if (k > f.steps) {
+            throw new IllegalArgumentException("--rebalance-steps=" + k + " with --steps=" + f.steps + ": expected at most"
+                    + " --steps (fix: pass --rebalance-steps " + f.steps + " or fewer)");
+        }
+        return k;
     }
 
     /** {@code --tensor-parallel}: at least 1; above 1, the stages split by parameter count only. */
@@ -224,7 +244,16 @@ public final class PipelineBench {
     record Config(int ranks, PipelineSchedule schedule, int stagesPerRank, String split) {
         String label() {
             return ranks + " ranks " + (schedule == PipelineSchedule.INTERLEAVED ? "interleaved v=" + stagesPerRank
-                    : schedule.tag()) + ", split by " + (split.equals("time") ? "measured times" : "parameters");
+                    : schedule.tag()) + ", split by " + switch (split) {
+                        case "time" -> "measured times";
+                        case "pipeline" -> "times in the pipeline";
+                        default -> "parameters";
+                    };
+        }
+
+        /** Whether the split needs the layers' alone profile ({@code time}, and {@code pipeline} to start from). */
+        boolean profiled() {
+            return !split.equals("params");
         }
     }
 
@@ -261,7 +290,7 @@ public final class PipelineBench {
     /** Everything one run measured, by configuration and rank count, for the report. */
     record Results(List<Config> configs, List<List<Run>> runs, Map<Integer, List<Double>> single,
                    List<Double> singleMicrobatch, Map<Integer, List<Double>> bound, StageProfile[] profiles,
-                   List<String> skipped) {
+                   List<String> skipped, InPipelineProfile[] inPipeline) {
     }
 
     public static void main(String[] args) throws Exception {
@@ -293,7 +322,7 @@ public final class PipelineBench {
         // one batch size per rank count (m = microbatchesPerRank x p microbatches of batchPerMicrobatch),
         // and the single model measured on the same batches
         Results results = new Results(configs, new ArrayList<>(), new TreeMap<>(), new ArrayList<>(), new TreeMap<>(),
-                new StageProfile[configs.size()], skipped);
+                new StageProfile[configs.size()], skipped, new InPipelineProfile[configs.size()]);
         for (int i = 0; i < configs.size(); i++) {
             results.runs().add(new ArrayList<>());
         }
@@ -338,7 +367,7 @@ public final class PipelineBench {
                 int microbatches = o.microbatchesPerRank() * config.ranks();
                 int batch = microbatches * o.batchPerMicrobatch();
                 List<DataSet> batches = data.batches(21, o.warmup() + o.steps(), batch, DataType.FLOAT);
-                if (config.split().equals("time") && results.profiles()[c] == null) {
+                if (config.profiled() && results.profiles()[c] == null) {
                     if (profile[0] == null) {
                         DataSet sample = data.batches(23, 1, PROFILE_MICROBATCHES * o.batchPerMicrobatch(), DataType.FLOAT)
                                 .getFirst();
@@ -346,7 +375,11 @@ public final class PipelineBench {
                     }
                     results.profiles()[c] = profile[0];
                 }
-                Run run = pipeline(model, batches, config, microbatches, results.profiles()[c], o);
+                if (config.split().equals("pipeline") && results.inPipeline()[c] == null) {
+                    results.inPipeline()[c] = inPipelineTimes(model, batches, config, microbatches, results.profiles()[c], o);
+                    log("rep %d/%d %s: %s", rep, o.reps(), config.label(), results.inPipeline()[c]);
+                }
+                Run run = pipeline(model, batches, config, microbatches, results.profiles()[c], results.inPipeline()[c], o);
                 results.runs().get(c).add(run);
                 if (raw != null) {
                     TimelineBreakdown b = run.breakdown();
@@ -354,12 +387,14 @@ public final class PipelineBench {
                             config.split(), microbatches, batch, o.threads(), run.stages(),
                             RawCsv.num("%.1f", run.examplesPerSecond()), RawCsv.num("%.4f", run.medianBubble()),
                             RawCsv.num("%.4f", idealBubble(config, microbatches)), RawCsv.num("%.4f", run.simulatedBubble()),
-                            RawCsv.num("%.4f", predictedBubble(model, config, microbatches, results.profiles()[c])),
+                            RawCsv.num("%.4f", predictedBubble(model, config, microbatches, results.profiles()[c],
+                                    results.inPipeline()[c])),
                             RawCsv.num("%.3f", run.medianStepMillis()), RawCsv.num("%.4f", b.receive()),
                             RawCsv.num("%.4f", b.send()), RawCsv.num("%.4f", b.optimizer()), RawCsv.num("%.4f", b.between()),
                             RawCsv.num("%.4f", b.before()), RawCsv.num("%.4f", b.after()),
                             RawCsv.num("%.4f", run.computeOverProfile()),
-                            RawCsv.num("%.4f", predictedBalancedBubble(model, config, microbatches, results.profiles()[c])),
+                            RawCsv.num("%.4f", predictedBalancedBubble(model, config, microbatches, results.profiles()[c],
+                                    results.inPipeline()[c])),
                             run.stageTimes().replace(", ", ";"), run.rankBusy(), run.placement());
                 }
                 log("rep %d/%d %-48s %8.0f examples/s  bubble %.1f%% (simulated %.1f%%; %s)  %s  stage ms %s  busy ms"
@@ -408,8 +443,35 @@ public final class PipelineBench {
         return examples / ((System.nanoTime() - start) / 1e9);
     }
 
+    /**
+     * {@code --splits pipeline}'s profiling run: a trainer split by the alone profile trains {@code --warmup} untimed
+     * steps and {@code --rebalance-steps} measured ones on the run's batches; their stage times, related to the
+     * profile, are the in-pipeline times the timed runs split by.
+     */
+    private static InPipelineProfile inPipelineTimes(MultiLayerNetwork model, List<DataSet> batches, Config config,
+                                                     int microbatches, StageProfile profile, Options o) {
+        List<PipelineStepReport> measured = new ArrayList<>();
+        boolean[] timing = {false};
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(model.clone()).ranks(config.ranks())
+                .microbatches(microbatches).schedule(config.schedule(), config.stagesPerRank())
+                .ompThreadsPerRank(o.threads()).splitBy(profile).stepListener(r -> {
+                    if (timing[0]) {
+                        measured.add(r);
+                    }
+                }).build()) {
+            for (int s = 0; s < o.warmup(); s++) {
+                trainer.fit(batches.get(s));
+            }
+            timing[0] = true;
+            for (int s = o.warmup(); s < o.warmup() + o.rebalanceSteps(); s++) {
+                trainer.fit(batches.get(s));
+            }
+            return InPipelineProfile.of(trainer, measured);
+        }
+    }
+
     private static Run pipeline(MultiLayerNetwork model, List<DataSet> batches, Config config, int microbatches,
-                                StageProfile profile, Options o) {
+                                StageProfile profile, InPipelineProfile inPipeline, Options o) {
         MultiLayerNetwork net = model.clone();
         List<PipelineStepReport> timed = new ArrayList<>();
         boolean[] timing = {false};
@@ -420,7 +482,9 @@ public final class PipelineBench {
                         timed.add(r);
                     }
                 });
-        if (profile != null) {
+        if (inPipeline != null) {
+            builder.splitBy(inPipeline);
+        } else if (profile != null) {
             builder.splitBy(profile);
         }
         if (o.tensorParallel() > 1) {
@@ -519,26 +583,36 @@ public final class PipelineBench {
 
     /**
      * The bubble the profile predicts for the split the trainer makes from it ({@link PipelineStageSplit#byProfile});
-     * NaN without a profile (split by parameters).
+     * NaN without a profile (split by parameters). With in-pipeline times ({@code --splits pipeline}): the bubble they
+     * predict for the split they call for.
      */
-    static double predictedBubble(MultiLayerNetwork model, Config config, int microbatches, StageProfile profile) {
+    static double predictedBubble(MultiLayerNetwork model, Config config, int microbatches, StageProfile profile,
+                                  InPipelineProfile inPipeline) {
+        PipelineShape shape = new PipelineShape(config.ranks(), microbatches, config.stagesPerRank());
+        Schedule schedule = schedule(config, microbatches);
+        if (inPipeline != null) {
+            return predicted(schedule, shape, inPipeline, starts(inPipeline.split(model, schedule, shape)));
+        }
         if (profile == null) {
             return Double.NaN;
         }
-        PipelineShape shape = new PipelineShape(config.ranks(), microbatches, config.stagesPerRank());
-        Schedule schedule = schedule(config, microbatches);
         return predicted(schedule, shape, profile, PipelineStageSplit.byProfile(model, profile, schedule, shape));
     }
 
     /**
      * The bubble the profile predicts for the split balanced by forward plus backward time alone
-     * ({@link PipelineStageSplit#byCost}, the rule before the simulated search); NaN without a profile.
+     * ({@link PipelineStageSplit#byCost}, the rule before the simulated search); NaN without a profile. With in-pipeline
+     * times: the bubble they predict for the split that ran in the profiling run (the split before the re-balance).
      */
-    static double predictedBalancedBubble(MultiLayerNetwork model, Config config, int microbatches, StageProfile profile) {
+    static double predictedBalancedBubble(MultiLayerNetwork model, Config config, int microbatches, StageProfile profile,
+                                          InPipelineProfile inPipeline) {
+        PipelineShape shape = new PipelineShape(config.ranks(), microbatches, config.stagesPerRank());
+        if (inPipeline != null) {
+            return predicted(schedule(config, microbatches), shape, inPipeline, inPipeline.ranWithStarts());
+        }
         if (profile == null) {
             return Double.NaN;
         }
-        PipelineShape shape = new PipelineShape(config.ranks(), microbatches, config.stagesPerRank());
         return predicted(schedule(config, microbatches), shape, profile,
                 PipelineStageSplit.byCost(model, shape.stageCount(), profile.layerNanos()));
     }
@@ -546,6 +620,21 @@ public final class PipelineBench {
     private static double predicted(Schedule schedule, PipelineShape shape, StageProfile profile, PipelineStageSplit split) {
         return ScheduleSimulator.simulate(schedule, shape, profile.stageDurationsMicros(split)).requireCompleted()
                 .bubbleFraction();
+    }
+
+    private static double predicted(Schedule schedule, PipelineShape shape, InPipelineProfile times, int[] starts) {
+        return ScheduleSimulator.simulate(schedule, shape, times.stageDurationsMicros(starts)).requireCompleted()
+                .bubbleFraction();
+    }
+
+    /** The split's stage starts with 0 first and the layer count last, as {@link InPipelineProfile} takes them. */
+    static int[] starts(PipelineStageSplit split) {
+        int[] starts = new int[split.stageCount() + 1];
+        for (int s = 0; s < split.stageCount(); s++) {
+            starts[s] = split.firstLayer(s);
+        }
+        starts[split.stageCount()] = split.layerCount();
+        return starts;
     }
 
     private static String stages(PipelineStageSplit split) {

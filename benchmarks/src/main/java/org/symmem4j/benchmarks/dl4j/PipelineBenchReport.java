@@ -11,6 +11,7 @@ import org.symmem4j.benchmarks.dl4j.PipelineBench.Config;
 import org.symmem4j.benchmarks.dl4j.PipelineBench.Options;
 import org.symmem4j.benchmarks.dl4j.PipelineBench.Results;
 import org.symmem4j.benchmarks.dl4j.PipelineBench.Run;
+import org.symmem4j.dl4j.pipeline.InPipelineProfile;
 import org.symmem4j.parallel.affinity.RankAffinity;
 import org.symmem4j.pipeline.exec.TimelineBreakdown;
 
@@ -123,9 +124,10 @@ final class PipelineBenchReport {
             Config config = m.config();
             Run median = m.median();
             double ideal = m.ideal();
-            double predicted = PipelineBench.predictedBubble(model, config, m.microbatches(), r.profiles()[m.index()]);
+            double predicted = PipelineBench.predictedBubble(model, config, m.microbatches(), r.profiles()[m.index()],
+                    r.inPipeline()[m.index()]);
             double balanced = PipelineBench.predictedBalancedBubble(model, config, m.microbatches(),
-                    r.profiles()[m.index()]);
+                    r.profiles()[m.index()], r.inPipeline()[m.index()]);
             TimelineBreakdown b = median.breakdown();
             md.append(String.format(Locale.ROOT, "| %s | %.1f %% (%s) | %.1f %% | %s | %.1f %% | %+.1f | %s | %s | %.1f %% |"
                             + " %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %s | %.0f / %.0f |%n", config.label(),
@@ -151,6 +153,21 @@ final class PipelineBenchReport {
                     .append(m.median().stageTimes()).append("; busy per rank ").append(m.median().rankBusy())
                     .append(busySpread(m.median().rankBusy())).append("; rank threads: ")
                     .append(m.median().placement()).append('\n');
+        }
+        if (java.util.Arrays.stream(r.inPipeline()).anyMatch(java.util.Objects::nonNull)) {
+            md.append("\nRe-balanced from times measured in the pipeline (`--splits pipeline`, `InPipelineProfile`): the"
+                    + " profiling run's split, each stage's median forward/backward there (ms) and its forward + backward"
+                    + " over the alone profile's for the same layers (the factor the split assumes stays with the stage"
+                    + " position), then the split the timed runs used. For these rows the bubble table's \"predicted by"
+                    + " the profile\" is the in-pipeline times' simulated bubble for the new split, and \"predicted,"
+                    + " balanced split\" theirs for the split that ran in the profiling run:\n\n");
+            for (Measured m : measured(o, r)) {
+                InPipelineProfile times = r.inPipeline()[m.index()];
+                if (times != null) {
+                    md.append("- ").append(m.config().label()).append(": ").append(times).append(" → ")
+                            .append(m.median().stages()).append('\n');
+                }
+            }
         }
         md.append("\nProfiles (per layer, one microbatch, forward/backward ms; the last layer's forward runs inside its"
                 + " backward):\n\n");

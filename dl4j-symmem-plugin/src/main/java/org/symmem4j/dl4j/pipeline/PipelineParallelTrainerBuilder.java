@@ -20,6 +20,7 @@ import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
+import org.symmem4j.pipeline.schedule.StageDurations;
 
 /**
  * The builder of a {@link PipelineParallelTrainer}:
@@ -75,6 +76,7 @@ public final class PipelineParallelTrainerBuilder
     InputType inputType;
     private DataSet profileSample;
     private StageProfile profile;
+    private InPipelineProfile inPipeline;
 
     /**
      * A network (or graph) started from a configuration: the reservation under it, hollow ({@link HollowNetworks}),
@@ -354,6 +356,7 @@ public final class PipelineParallelTrainerBuilder
     public PipelineParallelTrainerBuilder splitByMeasuredTimes(DataSet sample) {
         this.profileSample = Objects.requireNonNull(sample, "sample");
         this.profile = null;
+        this.inPipeline = null;
         return this;
     }
 
@@ -365,6 +368,26 @@ public final class PipelineParallelTrainerBuilder
      */
     public PipelineParallelTrainerBuilder splitBy(StageProfile profile) {
         this.profile = Objects.requireNonNull(profile, "profile");
+        this.profileSample = null;
+        this.inPipeline = null;
+        return this;
+    }
+
+    /**
+     * Splits by stage times measured inside the pipeline ({@link InPipelineProfile}): a few warm steps of a trainer split
+     * by measured times, each stage's in-pipeline time related to its layers' alone times, and the split chosen for
+     * those times ({@link InPipelineProfile#split}) with this builder's rules (tensor-parallel and residual blocks stay
+     * in one stage). The times are per stage position: the ranks and stages per rank must be those they were measured
+     * with. {@link PipelineParallelTrainer#profile()} is then the alone profile the times relate to
+     * ({@link InPipelineProfile#aloneProfile()}), so that a second profiling run relates its times to it again; the
+     * links are sized for the stages' in-pipeline times.
+     *
+     * @param times the stage times of the profiling run
+     * @return this builder
+     */
+    public PipelineParallelTrainerBuilder splitBy(InPipelineProfile times) {
+        this.inPipeline = Objects.requireNonNull(times, "times");
+        this.profile = null;
         this.profileSample = null;
         return this;
     }
@@ -483,7 +506,7 @@ public final class PipelineParallelTrainerBuilder
         if (linkSlots > 0) {
             plan.requireSlots(linkSlots);
         }
-        if (stageBoundaries != null && (profile != null || profileSample != null)) {
+        if (stageBoundaries != null && (profile != null || profileSample != null || inPipeline != null)) {
             throw new IllegalArgumentException("stageBoundaries and a split by measured times were both given:"
                     + " expected one (boundaries fix the split; measured times choose it); fix: drop stageBoundaries(...)"
                     + " or drop splitByMeasuredTimes(...)/splitBy(...)");
@@ -495,7 +518,8 @@ public final class PipelineParallelTrainerBuilder
         if (wiring != null) {
             refuseForBranchedGraph(wiring, stageCount);
         }
-        StageProfile measured = profile;
+        // the alone profile stays the trainer's: a second in-pipeline run relates its stage times to it again
+        StageProfile measured = inPipeline != null ? inPipeline.aloneProfile() : profile;
         if (profileSample != null) {
             // a replica's microbatch is 1/(microbatches x replicas) of the batch
             measured = StageProfile.measure(network, profileSample, microbatches * dataParallel, PROFILE_STEPS,
@@ -509,6 +533,8 @@ public final class PipelineParallelTrainerBuilder
         PipelineStageSplit split;
         if (stageBoundaries != null) {
             split = PipelineStageSplit.atBoundaries(network, stageBoundaries);
+        } else if (inPipeline != null) {
+            split = inPipeline.split(network, generated, shape, canStart);
         } else if (measured != null) {
             split = PipelineStageSplit.byProfile(network, measured, generated, shape, canStart);
         } else {
@@ -522,7 +548,9 @@ public final class PipelineParallelTrainerBuilder
         listenerOptions().check(new PipelineModel(network, graph, split, start), l -> refuseListeners(group, l));
         // group mode: each rank measured its own profile, and the ranks must agree on the slots (the build agreement
         // compares them), so there the equal-stage default alone
-        int slots = linkSlots > 0 ? linkSlots : defaultSlots(plan, group == null ? measured : null, split);
+        StageDurations expected = group != null || measured == null ? null
+                : inPipeline != null ? inPipeline.stageDurationsMicros(split) : measured.stageDurationsMicros(split);
+        int slots = linkSlots > 0 ? linkSlots : defaultSlots(plan, expected);
         return new Plan(start, generated, shape, slots, measured, split);
     }
 
@@ -550,10 +578,10 @@ public final class PipelineParallelTrainerBuilder
      * model allows, and a full link then makes the sender wait where the schedule does not (in 1F1B at 4 ranks a fast
      * first stage needs 4 slots, not 2).
      */
-    private static int defaultSlots(LinkPlan plan, StageProfile measured, PipelineStageSplit split) {
+    private static int defaultSlots(LinkPlan plan, StageDurations expected) {
         int slots = plan.stallFreeSlots(ActionDurations.of(1, 2));
-        if (measured != null) {
-            slots = Math.max(slots, plan.stallFreeSlots(measured.stageDurationsMicros(split)));
+        if (expected != null) {
+            slots = Math.max(slots, plan.stallFreeSlots(expected));
         }
         return slots;
     }
