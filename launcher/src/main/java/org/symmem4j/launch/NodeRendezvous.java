@@ -266,7 +266,7 @@ final class NodeRendezvous {
                 watched = s;
                 why = stops.get(g);
                 restartable = why != null;
-                if (why == null && lost) {
+                if (why == null && lost && ended == null) { // lost after END: the job ended well, nothing to stop
                     why = gone();
                 }
             }
