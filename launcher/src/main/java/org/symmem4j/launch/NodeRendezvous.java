@@ -175,6 +175,9 @@ final class NodeRendezvous {
                 } catch (IOException e) {
                     closeQuietly(s);
                     last = e;
+                } catch (IllegalStateException refused) {
+                    closeQuietly(s);
+                    throw refused;
                 }
                 if (System.nanoTime() - deadline > 0) {
                     throw new IllegalStateException("the rendezvous host (node 0's launcher) did not answer at " + where
@@ -199,6 +202,7 @@ final class NodeRendezvous {
             send("HELLO " + id + " " + nproc + " " + nC + " " + mac(key, "c|" + nS + "|" + nC + "|" + id + "|" + nproc));
             String reply = in.readLine();
             if (reply != null && reply.startsWith("REFUSED ")) {
+                // error-message: the host's refusal, worded there (RendezvousHost), with its fix
                 throw new IllegalStateException(reply.substring("REFUSED ".length()));
             }
             if (reply == null || !reply.startsWith("WELCOME ")
