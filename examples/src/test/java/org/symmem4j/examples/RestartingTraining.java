@@ -50,6 +50,9 @@ import org.symmem4j.parallel.group.ProcessGroup;
  */
 public final class RestartingTraining {
 
+    /** Where {@code node@...} writes the wall-clock milliseconds of its kill, when set. */
+    static final String NODE_MARK_ENV = "RESTARTING_TRAINING_NODE_MARK";
+
     private static final Pattern FAULT = Pattern.compile("(kill|stop|node|setup|halt)@g(\\d+)(?:r(\\d+))?(?:s(\\d+))?");
 
     /** A fault to inject: what, in which generation, on which rank, after which step (-1 where it has none). */
@@ -194,6 +197,14 @@ public final class RestartingTraining {
                         f.what().toUpperCase(Locale.ROOT), rank, generation, step, System.currentTimeMillis());
                 if (node) { // the launcher first: its machine is gone, not only this process
                     System.out.flush();
+                    String mark = System.getenv(NODE_MARK_ENV); // the launcher dies with this line maybe unread
+                    if (mark != null) {
+                        try {
+                            java.nio.file.Files.writeString(Path.of(mark), Long.toString(System.currentTimeMillis()));
+                        } catch (IOException e) {
+                            System.out.println("cannot write " + mark + ": " + e);
+                        }
+                    }
                     ProcessHandle.current().parent().ifPresent(ProcessHandle::destroyForcibly);
                 }
                 signalMyself(f.what().equals("stop") ? "-STOP" : "-9");

@@ -46,7 +46,10 @@ import picocli.CommandLine.Spec;
  *   symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 --java ...
  *   symmem4j-run -n 4 --max-restarts 3 --java -cp app.jar com.example.Train
  *   symmem4j-run -n 4 --on-failure shrink --java -cp app.jar com.example.Train
+ *   symmem4j-run --nnodes 2:3 --max-restarts 3 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 --java ...
  * </pre>
+ * With {@code --nnodes MIN:MAX} the launchers meet before each generation in a rendezvous that node 0's launcher hosts
+ * ({@link NodeRendezvous}, {@link RendezvousHost}), which assigns the node ranks and leaves out a machine that is gone.
  */
 @Command(name = "symmem4j-run", mixinStandardHelpOptions = true, versionProvider = Launcher.Version.class,
         sortOptions = false, showDefaultValues = true, usageHelpWidth = 110,
@@ -66,6 +69,8 @@ import picocli.CommandLine.Spec;
                 "  node 0: symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
                 "  node 1: symmem4j-run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
                 "  symmem4j-run -n 4 --max-restarts 3 --java -cp app.jar com.example.Train   # resumes from its checkpoints",
+                "  every machine: symmem4j-run --nnodes 2:3 --max-restarts 3 --master-addr 10.0.0.1 --run-id job7"
+                        + " --secret-file s -n 8 ...   # goes on without a machine that is gone",
                 "  symmem4j-run -n 4 --on-failure shrink --java -cp app.jar com.example.Train   # survivors go on in place",
                 "", "Subcommands (the first argument; symmem4j-run -- doctor runs a program named doctor):",
                 "  symmem4j-run doctor [--help]          what symmem4j will choose here and how fast it is (docs/doctor.md)",

@@ -304,7 +304,11 @@ final class NodeRendezvous {
             try {
                 String line;
                 while ((line = in.readLine()) != null) {
-                    handle(line);
+                    try {
+                        handle(line);
+                    } catch (RuntimeException malformed) {
+                        // a line this launcher cannot read (a newer host's): ignored, as the host ignores unknown words
+                    }
                 }
             } catch (IOException e) {
                 // the connection broke: below
