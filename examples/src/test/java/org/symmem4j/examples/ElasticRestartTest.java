@@ -120,7 +120,7 @@ class ElasticRestartTest {
      * batches, then two workers on the rest of the first epoch and on the second. The first part is a {@code fit} of
      * its own, which counts an epoch: the count is set back, as the job's checkpoint (taken mid-epoch) has it.
      */
-    private static MultiLayerNetwork uninterrupted(ZeroStage sharding) {
+    static MultiLayerNetwork uninterrupted(ZeroStage sharding) {
         List<DataSet> data = RestartingTraining.batches();
         MultiLayerNetwork net = DataParallelExample.mlp(64, 32, 10);
         SymmemParallelWrapper.Builder three = SymmemParallelWrapper.builder(net).workers(3).ompThreadsPerWorker(1);

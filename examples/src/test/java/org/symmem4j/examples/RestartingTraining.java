@@ -27,6 +27,8 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * <ul>
  *   <li>{@code kill@g<G>r<R>s<S>}: {@code kill -9} of itself after step S (S steps completed);</li>
  *   <li>{@code stop@g<G>r<R>s<S>}: {@code kill -STOP} of itself after step S: a rank that hangs rather than dies;</li>
+ *   <li>{@code node@g<G>r<R>s<S>}: {@code kill -9} of its launcher (its parent process), then of itself, after step S:
+ *       a machine of a {@code --nnodes MIN:MAX} job that is gone ({@link ElasticNodesRestartTest});</li>
  *   <li>{@code setup@g<G>r<R>}: {@code kill -9} of itself before it joins the group (its peers wait in the
  *       rendezvous);</li>
  *   <li>{@code halt@g<G>s<S>}: rank 0, which writes every checkpoint's manifest, halts in the middle of writing step
@@ -48,7 +50,10 @@ import org.symmem4j.parallel.group.ProcessGroup;
  */
 public final class RestartingTraining {
 
-    private static final Pattern FAULT = Pattern.compile("(kill|stop|setup|halt)@g(\\d+)(?:r(\\d+))?(?:s(\\d+))?");
+    /** Where {@code node@...} writes the wall-clock milliseconds of its kill, when set. */
+    static final String NODE_MARK_ENV = "RESTARTING_TRAINING_NODE_MARK";
+
+    private static final Pattern FAULT = Pattern.compile("(kill|stop|node|setup|halt)@g(\\d+)(?:r(\\d+))?(?:s(\\d+))?");
 
     /** A fault to inject: what, in which generation, on which rank, after which step (-1 where it has none). */
     record Fault(String what, int generation, int rank, long step) {
@@ -186,10 +191,23 @@ public final class RestartingTraining {
      */
     static void injectAfterStep(List<Fault> faults, int generation, int rank, long step) {
         for (Fault f : faults) {
-            if (f.step() == step && (f.here("kill", generation, rank) || f.here("stop", generation, rank))) {
+            boolean node = f.here("node", generation, rank);
+            if (f.step() == step && (f.here("kill", generation, rank) || f.here("stop", generation, rank) || node)) {
                 System.out.printf(Locale.ROOT, "%s rank %d generation %d after step %d at %d ms%n",
                         f.what().toUpperCase(Locale.ROOT), rank, generation, step, System.currentTimeMillis());
-                signalMyself(f.what().equals("kill") ? "-9" : "-STOP");
+                if (node) { // the launcher first: its machine is gone, not only this process
+                    System.out.flush();
+                    String mark = System.getenv(NODE_MARK_ENV); // the launcher dies with this line maybe unread
+                    if (mark != null) {
+                        try {
+                            java.nio.file.Files.writeString(Path.of(mark), Long.toString(System.currentTimeMillis()));
+                        } catch (IOException e) {
+                            System.out.println("cannot write " + mark + ": " + e);
+                        }
+                    }
+                    ProcessHandle.current().parent().ifPresent(ProcessHandle::destroyForcibly);
+                }
+                signalMyself(f.what().equals("stop") ? "-STOP" : "-9");
             }
         }
     }

@@ -179,6 +179,9 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
         if (range[0] < range[1]) {
             checkElastic(spec);
         }
+        if (spec.elasticNodes()) {
+            checkElasticNodes(spec);
+        }
         if (spec.nnodes() < 1) {
             throw new IllegalArgumentException("--nnodes=" + spec.nnodes() + " must be >= 1 (the number of"
                     + " machines; fix: pass e.g. --nnodes 2, or leave it unset for 1)");
@@ -211,7 +214,7 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
             throw internal("generation " + generation + " needs a secret of its own,"
                     + " found none");
         }
-        if (spec.nnodes() > 1 && isLoopback(spec.masterAddr())) {
+        if (spec.nnodes() > 1 && !spec.elasticNodes() && isLoopback(spec.masterAddr())) {
             throw new IllegalArgumentException("--nnodes=" + spec.nnodes() + " with --master-addr=" + spec.masterAddr()
                     + ": the other machines cannot reach a loopback address; expected node 0's address on the network"
                     + " the machines share (fix: pass --master-addr with that address or host name)");
@@ -383,6 +386,58 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
         }
     }
 
+    /**
+     * The machines of a job: {@code [n, n]} for a number, {@code [MIN, MAX]} for torchrun's elastic
+     * {@code --nnodes MIN:MAX} (the launchers meet in a rendezvous each generation, {@link NodeRendezvous}).
+     *
+     * @param value {@code --nnodes}
+     * @return {MIN, MAX}
+     * @throws IllegalArgumentException when the value is neither, or a range is not {@code 1 <= MIN <= MAX, MAX >= 2}
+     */
+    static int[] nodeRange(String value) {
+        String v = value == null ? "" : value.strip();
+        int colon = v.indexOf(':');
+        try {
+            if (colon < 0) {
+                int n = Integer.parseInt(v);
+                return new int[] {n, n};
+            }
+            int min = Integer.parseInt(v.substring(0, colon).strip());
+            int max = Integer.parseInt(v.substring(colon + 1).strip());
+            if (min < 1 || max < min || max < 2) {
+                throw new IllegalArgumentException("--nnodes=" + value + ": expected MIN:MAX with 1 <= MIN <= MAX and"
+                        + " MAX >= 2, found MIN=" + min + " MAX=" + max + " (fix: e.g. --nnodes 2:3, or --nnodes 1 for"
+                        + " one machine)");
+            }
+            return new int[] {min, max};
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("--nnodes=" + value + ": expected a number of machines or MIN:MAX, whole"
+                    + " numbers (fix: e.g. --nnodes 2, or --nnodes 2:3 for an elastic job with --max-restarts)");
+        }
+    }
+
+    /** What an elastic {@code --nnodes MIN:MAX} needs: restarts, one process count per machine. */
+    static void checkElasticNodes(LaunchSpec spec) {
+        String range = spec.minNodes() + ":" + spec.nnodes();
+        if (spec.maxRestarts() < 1) {
+            throw new IllegalArgumentException("--nnodes=" + range + " without --max-restarts: the job goes on with"
+                    + " the machines it still has only when it restarts; expected --max-restarts >= 1 (fix: add"
+                    + " --max-restarts 3, or give one number of machines)");
+        }
+        if (spec.nprocPerNode() != null && spec.nprocPerNode().contains(":")) {
+            throw new IllegalArgumentException("--nproc-per-node=" + spec.nprocPerNode() + " with --nnodes=" + range
+                    + ": the rendezvous counts machines, each with the same processes; expected one number per machine"
+                    + " (fix: --nproc-per-node "
+                    + spec.nprocPerNode().substring(spec.nprocPerNode().indexOf(':') + 1).strip() + ")");
+        }
+        if ((long) NodeRendezvous.port(spec) > 65535) {
+            throw new IllegalArgumentException("--nnodes=" + range + " with --master-port=" + spec.masterPort()
+                    + " and --max-restarts=" + spec.maxRestarts() + ": the rendezvous port, --master-port +"
+                    + " --max-restarts + 1 = " + NodeRendezvous.port(spec) + ", is past 65535 (fix: a lower"
+                    + " --master-port, e.g. 29500)");
+        }
+    }
+
     private static int processesPerNode(String value, Machine machine) {
         String v = value == null ? "" : value.trim();
         if (v.equals("gpu")) {
@@ -410,7 +465,7 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
     private static String runId(LaunchSpec spec, Map<String, String> env, String freshRunId) {
         String id = spec.runId() != null ? spec.runId() : isSet(env, RUN_ID_ENV) ? env.get(RUN_ID_ENV).trim() : null;
         if (id == null) {
-            if (spec.nnodes() > 1) {
+            if (spec.nnodes() > 1 || spec.elasticNodes()) {
                 throw new IllegalArgumentException("--nnodes=" + spec.nnodes() + " without --run-id: the launchers of the"
                         + " job's machines must give their processes the same run id; expected one run id (fix:"
                         + " pass --run-id ID,"

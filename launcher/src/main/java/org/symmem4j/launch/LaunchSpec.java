@@ -19,9 +19,30 @@ import java.util.List;
  * @param command      the program and its arguments
  * @param maxRestarts  how many times a failed job is started again, as a new generation (torchrun's
  *                     {@code --max-restarts}); 0: never
+ * @param minNodes     0 for a job of {@code nnodes} machines; MIN of {@code --nnodes MIN:MAX}, an elastic job whose
+ *                     launchers meet in a rendezvous each generation ({@link NodeRendezvous}), which sets
+ *                     {@code nnodes} and {@code nodeRank} ({@link #withNodes})
  */
 record LaunchSpec(String nprocPerNode, int nnodes, int nodeRank, String masterAddr, int masterPort, String runId,
-                  CpuBind cpuBind, Path secretFile, boolean java, List<String> command, int maxRestarts) {
+                  CpuBind cpuBind, Path secretFile, boolean java, List<String> command, int maxRestarts, int minNodes) {
+
+    /** A job of a fixed number of machines. */
+    LaunchSpec(String nprocPerNode, int nnodes, int nodeRank, String masterAddr, int masterPort, String runId,
+               CpuBind cpuBind, Path secretFile, boolean java, List<String> command, int maxRestarts) {
+        this(nprocPerNode, nnodes, nodeRank, masterAddr, masterPort, runId, cpuBind, secretFile, java, command, maxRestarts,
+                0);
+    }
+
+    /** Whether the machines meet in a rendezvous each generation ({@code --nnodes MIN:MAX}). */
+    boolean elasticNodes() {
+        return minNodes > 0;
+    }
+
+    /** This spec for one generation of an elastic job: the machines the rendezvous let in, and this one's node rank. */
+    LaunchSpec withNodes(int machines, int rank) {
+        return new LaunchSpec(nprocPerNode, machines, rank, masterAddr, masterPort, runId, cpuBind, secretFile, java,
+                command, maxRestarts, minNodes);
+    }
 
     /** How processes get CPUs. */
     enum CpuBind {

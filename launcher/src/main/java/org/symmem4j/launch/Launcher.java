@@ -46,7 +46,10 @@ import picocli.CommandLine.Spec;
  *   symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 --java ...
  *   symmem4j-run -n 4 --max-restarts 3 --java -cp app.jar com.example.Train
  *   symmem4j-run -n 4 --on-failure shrink --java -cp app.jar com.example.Train
+ *   symmem4j-run --nnodes 2:3 --max-restarts 3 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 --java ...
  * </pre>
+ * With {@code --nnodes MIN:MAX} the launchers meet before each generation in a rendezvous that node 0's launcher hosts
+ * ({@link NodeRendezvous}, {@link RendezvousHost}), which assigns the node ranks and leaves out a machine that is gone.
  */
 @Command(name = "symmem4j-run", mixinStandardHelpOptions = true, versionProvider = Launcher.Version.class,
         sortOptions = false, showDefaultValues = true, usageHelpWidth = 110,
@@ -66,6 +69,8 @@ import picocli.CommandLine.Spec;
                 "  node 0: symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
                 "  node 1: symmem4j-run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
                 "  symmem4j-run -n 4 --max-restarts 3 --java -cp app.jar com.example.Train   # resumes from its checkpoints",
+                "  every machine: symmem4j-run --nnodes 2:3 --max-restarts 3 --master-addr 10.0.0.1 --run-id job7"
+                        + " --secret-file s -n 8 ...   # goes on without a machine that is gone",
                 "  symmem4j-run -n 4 --on-failure shrink --java -cp app.jar com.example.Train   # survivors go on in place",
                 "", "Subcommands (the first argument; symmem4j-run -- doctor runs a program named doctor):",
                 "  symmem4j-run doctor [--help]          what symmem4j will choose here and how fast it is (docs/doctor.md)",
@@ -81,8 +86,26 @@ public final class Launcher implements Callable<Integer> {
                     + " down to MIN, and the trainers resume from their checkpoints re-sharded")
     String nprocPerNode;
 
-    @Option(names = "--nnodes", paramLabel = "N", defaultValue = "1", description = "machines in the job")
+    @Option(names = "--nnodes", paramLabel = "N|MIN:MAX", defaultValue = "1",
+            description = "machines in the job; MIN:MAX (torchrun's elastic --nnodes, with --max-restarts): before each"
+                    + " generation the launchers meet in a rendezvous hosted by node 0's launcher (the one that can bind"
+                    + " --master-addr at port --master-port + --max-restarts + 1); it closes when MAX joined, or MIN and"
+                    + " --rdzv-last-call passed, and assigns the node ranks (--node-rank is refused): a machine that is"
+                    + " gone is left out. Node 0 is fixed: when it is gone the job ends")
+    String nnodesValue;
+
+    /** MAX of {@code --nnodes}, or its one number. */
     int nnodes;
+
+    @Option(names = {"--rdzv-last-call", "--rdzv_last_call"}, paramLabel = "SECONDS", defaultValue = "10",
+            description = "with --nnodes MIN:MAX: how long a round stays open for more machines once MIN joined"
+                    + " (torchrun's last call, 30 s there)")
+    double lastCallSeconds;
+
+    @Option(names = {"--rdzv-timeout", "--rdzv_timeout"}, paramLabel = "SECONDS", defaultValue = "600",
+            description = "with --nnodes MIN:MAX: how long a launcher tries to reach node 0's, and a round may stay open"
+                    + " before it fails for too few machines (torchrun's join timeout)")
+    double rdzvTimeoutSeconds;
 
     @Option(names = {"--node-rank", "--node_rank"}, paramLabel = "I", defaultValue = "0", description = "this machine's index, 0..nnodes-1")
     int nodeRank;
@@ -267,6 +290,12 @@ public final class Launcher implements Callable<Integer> {
                     + " the launcher (see --help): expected a program (fix: put the launcher's options first and the"
                     + " program after them, or after --, or use --java to give arguments of java)");
         }
+        int[] nodes = LaunchPlan.nodeRange(nnodesValue);
+        nnodes = nodes[1];
+        boolean elastic = nnodesValue.contains(":");
+        if (elastic) {
+            checkElasticOptions();
+        }
         if (standalone) {
             standalone();
         }
@@ -296,18 +325,21 @@ public final class Launcher implements Callable<Integer> {
             Files.createDirectories(logDir);
         }
         LaunchSpec spec = new LaunchSpec(nprocPerNode, nnodes, nodeRank, masterAddr, masterPort, runId, cpuBind,
-                secretFile, java, command, maxRestarts);
+                secretFile, java, command, maxRestarts, elastic ? nodes[0] : 0);
         Machine machine = Machine.discover(env);
         boolean generateSecret = LaunchPlan.needsGeneratedSecret(spec, env);
         Path secretDir = (generateSecret || maxRestarts > 0 || shrink) && !dryRun ? privateDirectory() : null;
         Thread hook = null;
+        RendezvousHost rdzvHost = null;
+        NodeRendezvous.Member rdzv = null;
         try {
             Path generated = secretDir == null || !generateSecret ? null : writeSecret(secretDir, "secret");
             String javaBin = Path.of(System.getProperty("java.home"), "bin", "java").toString();
             String freshRunId = freshRunId();
             LaunchPlan plan = LaunchPlan.of(spec, machine, env, javaBin, generated, freshRunId);
-            err.println("symmem4j-run: " + plan.ranks().size() + " process(es) here, ranks " + plan.ranks().getFirst().rank()
-                    + ".." + plan.ranks().getLast().rank() + " of " + plan.worldSize() + ", run id " + plan.runId()
+            err.println("symmem4j-run: " + plan.ranks().size() + " process(es) here, " + (elastic ? "ranks from the"
+                    + " rendezvous" : "ranks " + plan.ranks().getFirst().rank() + ".." + plan.ranks().getLast().rank()
+                    + " of " + plan.worldSize()) + ", run id " + plan.runId()
                     + (plan.ranks().getFirst().cpus().isEmpty() ? "" : ", CPUs " + cpuSummary(plan))
                     + (maxRestarts > 0 ? ", at most " + maxRestarts + " restart(s)" : "")
                     + (shrink ? ", on failure the others go on without the dead rank (--on-failure shrink)" : ""));
@@ -332,6 +364,30 @@ public final class Launcher implements Callable<Integer> {
             // read now, so that an unreadable secret fails the request before anything starts
             byte[] givenSecret = maxRestarts > 0 && !generateSecret ? baseSecret(spec) : null;
             String firstRunId = plan.runId();
+            if (elastic) {
+                int rdzvPort = NodeRendezvous.port(spec);
+                byte[] key = NodeRendezvous.key(givenSecret, firstRunId);
+                String id = NodeRendezvous.launcherId();
+                Duration lastCall = Duration.ofNanos((long) (lastCallSeconds * 1e9));
+                Duration timeout = Duration.ofNanos((long) (rdzvTimeoutSeconds * 1e9));
+                rdzvHost = RendezvousHost.bind(masterAddr, rdzvPort, key, id, plan.localWorldSize(), nodes[0], nodes[1],
+                        lastCall, timeout, err);
+                err.println("symmem4j-run: " + (rdzvHost != null ? "hosting the rendezvous at " + masterAddr + ":" + rdzvPort
+                        + ": this machine is node 0" : "joining the rendezvous at " + masterAddr + ":" + rdzvPort)
+                        + " (--nnodes " + nnodesValue + ", last call " + lastCallSeconds + " s)");
+                NodeRendezvous.Assignment a;
+                try {
+                    rdzv = NodeRendezvous.Member.connect(masterAddr, rdzvPort, key, id, plan.localWorldSize(), timeout);
+                    a = rdzv.join(0, lastCall);
+                } catch (IllegalStateException e) {
+                    Runtime.getRuntime().removeShutdownHook(hook);
+                    err.println("symmem4j-run: no generation 0: " + e.getMessage());
+                    return 1;
+                }
+                err.println("symmem4j-run: generation 0: node " + a.nodeRank() + " of " + a.nnodes() + "; " + a.note());
+                spec = spec.withNodes(a.nnodes(), a.nodeRank());
+                plan = LaunchPlan.of(spec, machine, env, javaBin, generated, freshRunId);
+            }
             Path ownSecret = generated; // the secret file this launcher made for the generation that runs
             Path previousSecret = null;
             int minProcesses = LaunchPlan.processRange(spec.nprocPerNode(), machine)[0];
@@ -345,7 +401,15 @@ public final class Launcher implements Callable<Integer> {
                 if (previousSecret != null) {
                     Files.deleteIfExists(previousSecret); // the old generation is gone: its secret has no use left
                 }
+                if (rdzv != null) {
+                    rdzv.watch(plan.generation(), supervisor);
+                }
                 Supervisor.Outcome outcome = supervisor.run();
+                if (rdzv != null && outcome.exitCode() == 0) {
+                    rdzv.done(plan.generation());
+                } else if (rdzv != null && outcome.failedRank() >= 0) {
+                    rdzv.failed(plan.generation(), outcome.message()); // the host stops the other machines' processes
+                }
                 int left = maxRestarts - plan.generation();
                 if (outcome.exitCode() == 0 || !outcome.restartable() || generations.interrupted()) {
                     return finish(hook, outcome, outcome.exitCode() == 0 || maxRestarts == 0 || !outcome.restartable() ? ""
@@ -383,6 +447,17 @@ public final class Launcher implements Callable<Integer> {
                 } else {
                     previousFailedSlot = slot;
                 }
+                if (rdzv != null) {
+                    try {
+                        NodeRendezvous.Assignment a = rdzv.join(next, Duration.ofNanos((long) (lastCallSeconds * 1e9)));
+                        spec = spec.withNodes(a.nnodes(), a.nodeRank());
+                        err.println("symmem4j-run: generation " + next + ": node " + a.nodeRank() + " of " + a.nnodes()
+                                + "; " + a.note());
+                    } catch (IllegalStateException e) {
+                        return finish(hook, outcome, "; generation " + next + " cannot start: " + e.getMessage(),
+                                "generation " + plan.generation() + " failed: ");
+                    }
+                }
                 int port;
                 try {
                     port = restartPort(spec, next);
@@ -402,7 +477,37 @@ public final class Launcher implements Callable<Integer> {
                         + " was handled");
             }
         } finally {
+            if (rdzvHost != null) {
+                rdzvHost.close(); // END to every launcher: no more rounds
+            }
+            if (rdzv != null) {
+                rdzv.close();
+            }
             deleteQuietly(secretDir);
+        }
+    }
+
+    /**
+     * What {@code --nnodes MIN:MAX} refuses among the launcher's own options: node ranks (the rendezvous assigns them;
+     * torchrun ignores {@code --node-rank} then, here it is refused so that no one believes it placed a machine),
+     * {@code --on-failure shrink} (the dead ranks are announced in a file of one machine), bad rendezvous times.
+     */
+    private void checkElasticOptions() {
+        if (commandSpec.commandLine().getParseResult().hasMatchedOption("--node-rank")) {
+            throw new IllegalArgumentException("--node-rank " + nodeRank + " with --nnodes " + nnodesValue + ": the"
+                    + " rendezvous assigns node ranks each generation (node 0 is the launcher that hosts it, on"
+                    + " --master-addr); expected no --node-rank (fix: drop it)");
+        }
+        if (!"stop".equalsIgnoreCase(onFailure.strip())) {
+            throw new IllegalArgumentException("--on-failure " + onFailure + " with --nnodes " + nnodesValue + ": the dead"
+                    + " ranks are announced in a file on one machine, which the other machines' processes cannot read;"
+                    + " expected --on-failure stop (fix: drop --on-failure; the job restarts on the machines it still"
+                    + " has)");
+        }
+        if (!(lastCallSeconds >= 0 && lastCallSeconds <= 3600) || !(rdzvTimeoutSeconds > 0 && rdzvTimeoutSeconds <= 86400)) {
+            throw new IllegalArgumentException("--rdzv-last-call=" + lastCallSeconds + " --rdzv-timeout="
+                    + rdzvTimeoutSeconds + ": expected a last call in [0, 3600] s and a timeout in (0, 86400] s (fix:"
+                    + " e.g. --rdzv-last-call 10 --rdzv-timeout 600)");
         }
     }
 

@@ -33,7 +33,7 @@ import java.util.concurrent.TimeUnit;
  * included). The job ends when every process has ended: 0 when at least one exited 0 (the survivors finished it),
  * else the first failed rank's code.
  */
-final class Supervisor {
+final class Supervisor implements NodeRendezvous.Stoppable {
 
     /**
      * How a launch ended: the exit code for the launcher and what to tell the user.
@@ -58,6 +58,14 @@ final class Supervisor {
     private final long start = System.nanoTime();
     /** Set once the processes are being stopped (a failure, or the launcher's own shutdown). */
     private volatile boolean stopping;
+    /**
+     * Why another machine's launcher had this generation stopped ({@link #stopFor}), null while none did. Written before
+     * {@link #stop} (whose lock and the processes' exits publish it to {@link #run}'s loop, which reads it after waking).
+     */
+    private volatile String stoppedFor;
+    private volatile boolean stoppedForRestart;
+    /** Every process {@link #stop} stopped, guarded by this. */
+    private final List<String> stoppedSoFar = new ArrayList<>();
     /** Where the dead ranks are announced with {@code --on-failure shrink}; null: a failure stops every process. */
     private final Path membership;
     /** The launcher's own messages ({@code --on-failure shrink} says each death as it happens). */
@@ -108,7 +116,7 @@ final class Supervisor {
             Process p;
             synchronized (this) { // after stop() nothing more starts: a shutdown hook may stop a generation being started
                 if (stopping) {
-                    return new Outcome(130, "interrupted", -1, false);
+                    return stoppedFor != null ? stoppedElsewhere(List.of()) : new Outcome(130, "interrupted", -1, false);
                 }
                 try {
                     p = pb.start();
@@ -128,6 +136,9 @@ final class Supervisor {
         int failed = -1;
         int code = 0;
         while (failed < 0) {
+            if (stoppedFor != null) {
+                return stoppedElsewhere(stop());
+            }
             boolean running = false;
             for (int i = 0; i < processes.size() && failed < 0; i++) {
                 Process p = processes.get(i);
@@ -150,6 +161,9 @@ final class Supervisor {
             }
             awaitAnExit(); // wakes when any process exits (also one the shutdown hook stops); a job runs as long as it runs
         }
+        if (stoppedFor != null) { // its exit is the stop's doing
+            return stoppedElsewhere(stop());
+        }
         LaunchPlan.RankLaunch r = plan.ranks().get(failed);
         String how = describeExit(code);
         String at = elapsed();
@@ -160,6 +174,29 @@ final class Supervisor {
                 + processes.get(failed).pid() + ") " + how + " after " + at + "; "
                 + (stopped.isEmpty() ? "the other ranks had exited" : "stopped " + String.join(", ", stopped)), r.rank(),
                 !interrupted);
+    }
+
+    /**
+     * Stops this generation because of what happened elsewhere ({@code --nnodes MIN:MAX}): another machine's generation
+     * failed or its launcher is gone ({@code restartable}), or node 0's launcher is gone (not). {@link #run} then returns
+     * an outcome with {@code why}, failed rank -1. Called from the rendezvous' reader thread; safe before {@link #run}.
+     */
+    @Override
+    public void stopFor(String why, boolean restartable) {
+        stoppedForRestart = restartable;
+        stoppedFor = why; // volatile: read by run()'s loop after stop() below wakes it through the processes' exits
+        stop();
+        exits.release(); // wakes run()'s loop even when no process was running
+    }
+
+    private Outcome stoppedElsewhere(List<String> ignored) {
+        List<String> stopped;
+        synchronized (this) { // after every stop() so far: stopFor's own included
+            stopped = List.copyOf(stoppedSoFar);
+        }
+        joinPumps();
+        return new Outcome(1, stoppedFor + "; " + (stopped.isEmpty() ? "no process of this machine was running"
+                : "stopped " + String.join(", ", stopped)), -1, stoppedForRestart);
     }
 
     /**
@@ -320,6 +357,7 @@ final class Supervisor {
             }
             what.add("rank " + rank + (ended ? " (SIGTERM)" : " (SIGKILL after " + grace.toSeconds() + " s)"));
         }
+        stoppedSoFar.addAll(what);
         return what;
     }
 

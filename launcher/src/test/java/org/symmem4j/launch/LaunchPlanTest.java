@@ -253,6 +253,28 @@ class LaunchPlanTest {
                 "MIN = MAX: a fixed count, no restarts needed");
     }
 
+    /**
+     * An elastic job of machines: the rendezvous' assignment places this machine's ranks; loopback is allowed (a
+     * rendezvous on loopback can only be reached from this machine: every node is local), as it is not for a fixed
+     * {@code --nnodes > 1}.
+     */
+    @Test
+    void anElasticJobOfMachinesPlansTheAssignedNodeOnLoopback() {
+        LaunchSpec elastic = new LaunchSpec("2", 3, 0, "127.0.0.1", 29500, "j", LaunchSpec.CpuBind.NONE, null, false,
+                List.of("a"), 1, 2);
+        assertEquals(29502, NodeRendezvous.port(elastic), "after the store ports 29500, 29501");
+        LaunchPlan plan = LaunchPlan.of(elastic.withNodes(2, 1), EIGHT_CPUS_TWO_GPUS, Map.of(), "j", SECRET, "f", 1);
+        assertEquals(4, plan.worldSize());
+        assertEquals(List.of(2, 3), plan.ranks().stream().map(LaunchPlan.RankLaunch::rank).toList());
+        assertEquals("1", plan.ranks().getFirst().env().get("GROUP_RANK"));
+        assertEquals("j-g1", plan.runId());
+        assertEquals(29501, plan.masterPort());
+        assertRefused("cannot reach a loopback address",
+                spec("1", 2, 0, "127.0.0.1", "j", LaunchSpec.CpuBind.NONE, false, "a"), EIGHT_CPUS_TWO_GPUS, Map.of());
+        assertEquals(2, LaunchPlan.nodeRange("2:3")[0]);
+        assertEquals(3, LaunchPlan.nodeRange(" 2 : 3 ")[1]);
+    }
+
     private static void assertRefused(String expected, LaunchSpec spec, Machine machine, Map<String, String> env) {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> LaunchPlan.of(spec, machine, env, "j", SECRET, "f"));

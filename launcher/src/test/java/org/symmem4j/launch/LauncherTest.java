@@ -277,6 +277,41 @@ class LauncherTest {
         assertFalse(unreadable.out().contains("started"), "nothing starts: " + unreadable.out());
     }
 
+    /** {@code --nnodes MIN:MAX}: what it cannot do is refused before anything starts or listens. */
+    @Test
+    void elasticNodeRangesRefuseWhatTheyCannotDo() {
+        Map<String, String> secret = Map.of("SYMMEM4J_SECRET", "s");
+        String[][] cases = {
+            {"--nnodes=3:2: expected MIN:MAX with 1 <= MIN <= MAX and MAX >= 2, found MIN=3 MAX=2", "--nnodes", "3:2"},
+            {"--nnodes=1:1: expected MIN:MAX with 1 <= MIN <= MAX and MAX >= 2", "--nnodes", "1:1"},
+            {"--nnodes=two: expected a number of machines or MIN:MAX", "--nnodes", "two"},
+            {"--nnodes=2:3 without --max-restarts: the job goes on with the machines it still has only when it"
+                    + " restarts", "--nnodes", "2:3", "--run-id", "j"},
+            {"--node-rank 1 with --nnodes 2:3: the rendezvous assigns node ranks", "--nnodes", "2:3", "--node-rank", "1",
+                "--max-restarts", "1", "--run-id", "j"},
+            {"--on-failure shrink with --nnodes 2:3", "--nnodes", "2:3", "--on-failure", "shrink", "--max-restarts", "1",
+                "--run-id", "j"},
+            {"--nproc-per-node=1:2 with --nnodes 3: a range of processes is for one machine", "--nnodes", "2:3", "-n",
+                "1:2", "--max-restarts", "1", "--run-id", "j"},
+            {"--rdzv-last-call=-1.0 --rdzv-timeout=600.0: expected a last call in [0, 3600] s", "--nnodes", "2:3",
+                "--rdzv-last-call", "-1", "--max-restarts", "1", "--run-id", "j"},
+            {"the rendezvous port, --master-port + --max-restarts + 1 = 65536, is past 65535", "--nnodes", "2:3",
+                "--master-port", "65534", "--max-restarts", "1", "--run-id", "j"},
+            {"without --run-id", "--nnodes", "2:3", "--max-restarts", "1"},
+        };
+        for (String[] c : cases) {
+            List<String> args = new ArrayList<>(List.of(c).subList(1, c.length));
+            args.addAll(List.of("--", "sh", "-c", "echo started"));
+            Launcher.Result r = launch(secret, args.toArray(String[]::new));
+            assertEquals(2, r.status(), r.err());
+            assertTrue(r.err().contains(c[0]) && r.err().contains("fix:"), c[0] + " in: " + r.err());
+            assertFalse(r.out().contains("started"), "nothing starts: " + r.out());
+        }
+        Launcher.Result noSecret = launch("--nnodes", "2:3", "--max-restarts", "1", "--run-id", "j", "--", "sh");
+        assertEquals(2, noSecret.status());
+        assertTrue(noSecret.err().contains("--nnodes=3 without a secret"), noSecret.err());
+    }
+
     /**
      * SIGTERM to the launcher stops every process it started, and it exits as a terminated program does; in a
      * restarted job, the generation running then, and no other starts.
