@@ -1,0 +1,68 @@
+package org.symmem4j.dl4j;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import org.junit.jupiter.api.Test;
+
+/**
+ * {@link StageThreeClock}'s two figures beside the waits: the communication thread's wake-up delay counts only the time
+ * a collective waited while that thread was free (not the queue behind an earlier collective), and the worker's hook
+ * work leaves out the gather waits inside the hook. Only lower bounds and bounds by measured intervals: no timing
+ * assumption.
+ */
+class StageThreeClockTest {
+
+    @Test
+    void theWakeUpDelayCountsTheIdleThreadsLatenessNotTheQueue() throws InterruptedException {
+        StageThreeClock clock = new StageThreeClock(1);
+        clock.beginStep();
+        long issued = clock.gatherIssued();
+        Thread.sleep(3); // the thread was free: all of this is its delay
+        long t0 = clock.gatherBegins(0, issued);
+        long first = clock.step().commDelayNanos();
+        assertTrue(first >= 3_000_000, "delay " + first);
+        long queued = clock.reduceScatterIssued(); // issued while the gather runs: it queues behind it
+        Thread.sleep(3);
+        long beforeEnd = System.nanoTime();
+        clock.gatherRan(t0);
+        clock.reduceScatterRan(clock.reduceScatterBegins(queued));
+        long after = System.nanoTime();
+        long second = clock.step().commDelayNanos() - first;
+        assertTrue(second >= 0 && second <= after - beforeEnd,
+                "the 3 ms queued behind the gather are not a delay: " + second + " ns, at most " + (after - beforeEnd));
+        assertEquals(1, clock.step().gathers());
+        assertEquals(1, clock.step().reduceScatters());
+        clock.beginStep();
+        assertEquals(0, clock.step().commDelayNanos());
+    }
+
+    @Test
+    void hookWorkLeavesOutTheGatherWaitsInsideTheHook() {
+        StageThreeClock clock = new StageThreeClock(1);
+        clock.beginStep();
+        long a = System.nanoTime();
+        clock.inHook(() -> {
+            long t0 = System.nanoTime();
+            sleep(3);
+            clock.waitedForGather(0, t0, System.nanoTime()); // a wait inside the hook
+        });
+        long b = System.nanoTime();
+        long work = clock.step().hookWorkNanos();
+        assertTrue(work >= 0 && work <= b - a - 3_000_000, "hook work " + work + " ns of " + (b - a));
+        clock.inHook(() -> sleep(2)); // own work
+        assertTrue(clock.step().hookWorkNanos() - work >= 2_000_000, clock.step().toString());
+        long w0 = System.nanoTime();
+        clock.waitedForGather(0, w0, w0 + 1_000_000); // outside a hook: not subtracted
+        assertTrue(clock.step().hookWorkNanos() - work >= 2_000_000, clock.step().toString());
+    }
+
+    private static void sleep(long ms) {
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException(e);
+        }
+    }
+}
