@@ -1,5 +1,8 @@
 package org.symmem4j.dl4j;
 
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
+
 /**
  * What one step's stage-3 collectives cost one worker ({@link FullySharded}): how many all-gathers and
  * reduce-scatters it issued, how long each kind ran on the communication thread, and how long the worker waited for
@@ -9,18 +12,24 @@ package org.symmem4j.dl4j;
  *
  * <p>Two more figures say where time goes that the waits do not show: the communication thread's wake-up delay (a
  * collective issued while the thread was free, started only when the thread got a CPU: long when the worker's
- * compute threads hold every CPU of the process) and the worker's own work inside the layer hooks (page releases,
+ * compute threads hold every CPU of the process), the CPU time that thread used inside the collectives (what it takes
+ * from the compute threads on shared CPUs) and the worker's own work inside the layer hooks (page releases,
  * regularization terms, submissions: time stage 3 adds to the compute).
  */
 final class StageThreeClock {
+
+    private static final ThreadMXBean THREADS = ManagementFactory.getThreadMXBean();
 
     // busy times: written by the communication thread, read by the worker after the step's collectives ended
     // (FullySharded.finishBackward drains the thread: the Future's completion orders these writes before the read)
     private volatile long gatherNanos;
     private volatile long reduceScatterNanos;
     private volatile long commDelayNanos;
+    private volatile long commCpuNanos;
     /** When the communication thread last ended a collective; only that thread reads and writes it. */
     private long lastEnded;
+    /** The communication thread's CPU time when its current collective began; only that thread uses it. */
+    private long cpuAtBegin;
     /** When the communication thread began each position's gather: written before it, read after its Future. */
     private final long[] gatherBegan;
     // the worker's own counts and waits
@@ -50,6 +59,7 @@ final class StageThreeClock {
         gatherNanos = 0;
         reduceScatterNanos = 0;
         commDelayNanos = 0;
+        commCpuNanos = 0;
     }
 
     /** On the worker: a gather issued now; returns the time, for {@link #gatherBegins}. */
@@ -83,19 +93,26 @@ final class StageThreeClock {
     private long begins(long issued) {
         long t = System.nanoTime();
         commDelayNanos += Math.max(0, t - Math.max(issued, lastEnded)); // queued behind another collective: not a delay
+        cpuAtBegin = THREADS.getCurrentThreadCpuTime(); // after t and before the end's clock: CPU time <= ran time
         return t;
     }
 
     /** On the communication thread: a gather that began at {@code t0} has ended. */
     void gatherRan(long t0) {
-        lastEnded = System.nanoTime();
+        ended();
         gatherNanos += lastEnded - t0;
     }
 
     /** On the communication thread: a reduce-scatter that began at {@code t0} has ended. */
     void reduceScatterRan(long t0) {
-        lastEnded = System.nanoTime();
+        ended();
         reduceScatterNanos += lastEnded - t0;
+    }
+
+    /** On the communication thread: the current collective's CPU time, then the time it ended. */
+    private void ended() {
+        commCpuNanos += THREADS.getCurrentThreadCpuTime() - cpuAtBegin;
+        lastEnded = System.nanoTime();
     }
 
     /** On the worker: runs a layer hook and counts its time; the gather waits inside it are told apart. */
@@ -140,6 +157,7 @@ final class StageThreeClock {
     /** This step's counts and times; read by the worker once the step's collectives have ended. */
     StepReport.Collectives step() {
         return new StepReport.Collectives(gathers, exposedGatherNanos, gatherNanos, reduceScatters,
-                exposedReduceScatterNanos, reduceScatterNanos, commDelayNanos, hookNanos - hookWaitNanos);
+                exposedReduceScatterNanos, reduceScatterNanos, commDelayNanos, commCpuNanos,
+                hookNanos - hookWaitNanos);
     }
 }

@@ -31,6 +31,9 @@ class StageThreeClockTest {
         long second = clock.step().commDelayNanos() - first;
         assertTrue(second >= 0 && second <= after - beforeEnd,
                 "the 3 ms queued behind the gather are not a delay: " + second + " ns, at most " + (after - beforeEnd));
+        StepReport.Collectives c = clock.step();
+        assertTrue(c.commCpuNanos() >= 0 && c.commCpuNanos() <= c.gatherNanos() + c.reduceScatterNanos(),
+                "the CPU time inside the collectives is part of their ran time: " + c);
         assertEquals(1, clock.step().gathers());
         assertEquals(1, clock.step().reduceScatters());
         clock.beginStep();

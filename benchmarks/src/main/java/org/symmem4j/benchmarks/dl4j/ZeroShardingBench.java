@@ -321,15 +321,16 @@ public final class ZeroShardingBench {
      * {@code leastReduceScatterMs}, the same ran times of the rank with the least per step (processes; threads report
      * the slowest worker only, so there they equal the ran columns): the last rank to arrive at a collective does not
      * wait at its entry, so the least is close to the collectives' own cost and ran − least to the wait for the
-     * slowest rank (skew); {@code commDelayMs}, the communication thread's wake-up delay, the slowest rank's; and
+     * slowest rank (skew); {@code commDelayMs}, the communication thread's wake-up delay, and {@code commCpuMs}, its CPU
+     * time inside the collectives (ran − CPU: it slept), the slowest rank's; and
      * {@code hookWorkMs}, the worker's own stage-3 work inside the layer hooks, the slowest rank's.
      */
     record Waits(double exposedSyncMs, double gathersPerStep, double exposedGatherMs, double gatherMs,
                  double reduceScattersPerStep, double exposedReduceScatterMs, double reduceScatterMs,
                  double minorFaultsPerStep, double leastGatherMs, double leastReduceScatterMs, double commDelayMs,
-                 double hookWorkMs) {
+                 double commCpuMs, double hookWorkMs) {
         static final Waits UNKNOWN = new Waits(Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN,
-                Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN);
+                Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN);
     }
 
     /**
@@ -344,7 +345,7 @@ public final class ZeroShardingBench {
             "model", "placement", "shard_group", "model_state_bytes_per_worker", "p90_step_ms", "exposed_sync_ms",
             "gathers_per_step", "exposed_gather_ms", "gather_ms", "reduce_scatters_per_step", "exposed_reduce_scatter_ms",
             "reduce_scatter_ms", "minor_faults_per_step", "least_gather_ms", "least_reduce_scatter_ms", "comm_delay_ms",
-            "hook_work_ms", "nd4j_threads");
+            "hook_work_ms", "nd4j_threads", "comm_cpu_ms");
 
     private ZeroShardingBench() {
     }
@@ -380,7 +381,7 @@ public final class ZeroShardingBench {
                             RawCsv.num("%.4f", r.waits().reduceScatterMs()), RawCsv.num("%.1f", r.waits().minorFaultsPerStep()),
                             RawCsv.num("%.4f", r.waits().leastGatherMs()), RawCsv.num("%.4f", r.waits().leastReduceScatterMs()),
                             RawCsv.num("%.4f", r.waits().commDelayMs()), RawCsv.num("%.4f", r.waits().hookWorkMs()),
-                            ndThreads(o, run, cores));
+                            ndThreads(o, run, cores), RawCsv.num("%.4f", r.waits().commCpuMs()));
                 }
                 log("rep %d %s %s N=%d %-34s step %8.2f ms (p90 %8.2f, sync %6.2f)  model state/rank %,12d B  off-heap/rank"
                                 + " %,14.0f B  loss %.4f", rep, run.model().flag, run.placement().flag, run.workers(), run.label(),
@@ -388,10 +389,10 @@ public final class ZeroShardingBench {
                         r.finalLoss());
                 Waits w = r.waits();
                 log("    exposed sync %.2f ms; gathers %.0f/step exposed %.2f ms (ran %.2f, least rank %.2f); reduce-scatters"
-                                + " %.0f/step exposed %.2f ms (ran %.2f, least rank %.2f); comm wake-up %.2f ms; hook work %.2f ms;"
-                                + " minor faults %.0f/step/rank", w.exposedSyncMs(), w.gathersPerStep(), w.exposedGatherMs(),
+                                + " %.0f/step exposed %.2f ms (ran %.2f, least rank %.2f); comm wake-up %.2f ms; comm CPU %.2f ms;"
+                                + " hook work %.2f ms; minor faults %.0f/step/rank", w.exposedSyncMs(), w.gathersPerStep(), w.exposedGatherMs(),
                         w.gatherMs(), w.leastGatherMs(), w.reduceScattersPerStep(), w.exposedReduceScatterMs(),
-                        w.reduceScatterMs(), w.leastReduceScatterMs(), w.commDelayMs(), w.hookWorkMs(),
+                        w.reduceScatterMs(), w.leastReduceScatterMs(), w.commDelayMs(), w.commCpuMs(), w.hookWorkMs(),
                         w.minorFaultsPerStep());
             }
         }
@@ -516,7 +517,8 @@ public final class ZeroShardingBench {
                 medianOfSlowest(ranks, "exposedReduceScatterNanos") / 1e6, medianOfSlowest(ranks, "reduceScatterNanos") / 1e6,
                 ranks.stream().mapToDouble(kv -> Double.parseDouble(kv.get("minorFaultsPerStep"))).max().orElseThrow(),
                 medianOfFastest(ranks, "gatherNanos") / 1e6, medianOfFastest(ranks, "reduceScatterNanos") / 1e6,
-                medianOfSlowest(ranks, "commDelayNanos") / 1e6, medianOfSlowest(ranks, "hookWorkNanos") / 1e6)
+                medianOfSlowest(ranks, "commDelayNanos") / 1e6, medianOfSlowest(ranks, "commCpuNanos") / 1e6,
+                medianOfSlowest(ranks, "hookWorkNanos") / 1e6)
                 : Waits.UNKNOWN;
         return new Result(run, rep, Long.parseLong(first.get("params")), Long.parseLong(first.get("unshardedStateBytes")),
                 maxState, sumState, maxParam, maxGrad, maxModel, baseline, peak, offHeap,
@@ -673,7 +675,7 @@ public final class ZeroShardingBench {
                         + " peakRss=%d offHeapPerWorker=%.0f fitSeconds=%.4f finalLoss=%.6f stepNanos=%s syncNanos=%s"
                         + " exposedSyncNanos=%s gathers=%s exposedGatherNanos=%s gatherNanos=%s reduceScatters=%s"
                         + " exposedReduceScatterNanos=%s reduceScatterNanos=%s minorFaultsPerStep=%.1f commDelayNanos=%s"
-                        + " hookWorkNanos=%s",
+                        + " commCpuNanos=%s hookWorkNanos=%s",
                 net.numParams(), unsharded, maxState, sumState, maxParam, maxGrad, maxModel, baseline, peak.get(), offHeap,
                 fitSeconds, net.score(heldOut), join(stepNanos), join(syncNanos),
                 joinOf(reports, StepReport::exposedSyncNanos), joinOf(reports, r -> r.collectives().gathers()),
@@ -682,7 +684,7 @@ public final class ZeroShardingBench {
                 joinOf(reports, r -> r.collectives().exposedReduceScatterNanos()),
                 joinOf(reports, r -> r.collectives().reduceScatterNanos()),
                 faults / (double) steps / (group == null ? n : 1), joinOf(reports, r -> r.collectives().commDelayNanos()),
-                joinOf(reports, r -> r.collectives().hookWorkNanos())));
+                joinOf(reports, r -> r.collectives().commCpuNanos()), joinOf(reports, r -> r.collectives().hookWorkNanos())));
         System.out.flush();
         System.exit(0); // ND4J leaves non-daemon threads behind
     }

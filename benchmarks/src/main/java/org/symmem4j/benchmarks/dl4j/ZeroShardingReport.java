@@ -168,23 +168,24 @@ final class ZeroShardingReport {
                 + " collectives, exposed = the rank waited, ran = on its communication thread, least rank = the ran time"
                 + " of the rank with the least, close to the collectives' own cost: ran − least is the wait for the"
                 + " slowest rank; comm wake-up = collectives issued to an idle communication thread that waited for a"
-                + " CPU; hook work = the worker's own stage-3 work in the layer hooks):\n\n", model.flag, placement.flag));
+                + " CPU; comm CPU = that thread's CPU time inside the collectives, the rest of ran it slept; hook work = the worker's own stage-3 work in the layer hooks):\n\n", model.flag, placement.flag));
         s.append("| N | mode | step (ms) | sync (ms) | exposed sync (ms) | gathers / step | exposed gather (ms) | gather ran (ms) |"
                 + " gather ran, least rank (ms) | reduce-scatters / step | exposed reduce-scatter (ms) | reduce-scatter ran (ms) |"
-                + " reduce-scatter ran, least rank (ms) | comm wake-up (ms) | hook work (ms) | minor faults / step / rank |\n");
-        s.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                + " reduce-scatter ran, least rank (ms) | comm wake-up (ms) | comm CPU (ms) | hook work (ms) |"
+                + " minor faults / step / rank |\n");
+        s.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (int n : o.workers()) {
             for (Run run : runsOf(model, placement, n)) {
                 List<Result> runs = of(model, placement, n, run.mode(), run.shardGroup());
                 s.append(fmt("| %d | %s | %.2f | %.2f | %.2f | %.0f | %.2f | %.2f | %.2f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f"
-                                + " | %,.0f |\n", n, run.label(),
+                                + " | %.2f | %,.0f |\n", n, run.label(),
                         median(runs, Result::medianStepMs), median(runs, Result::medianSyncMs),
                         median(runs, r -> r.waits().exposedSyncMs()), median(runs, r -> r.waits().gathersPerStep()),
                         median(runs, r -> r.waits().exposedGatherMs()), median(runs, r -> r.waits().gatherMs()),
                         median(runs, r -> r.waits().leastGatherMs()), median(runs, r -> r.waits().reduceScattersPerStep()),
                         median(runs, r -> r.waits().exposedReduceScatterMs()), median(runs, r -> r.waits().reduceScatterMs()),
                         median(runs, r -> r.waits().leastReduceScatterMs()), median(runs, r -> r.waits().commDelayMs()),
-                        median(runs, r -> r.waits().hookWorkMs()), median(runs, r -> r.waits().minorFaultsPerStep())));
+                        median(runs, r -> r.waits().commCpuMs()), median(runs, r -> r.waits().hookWorkMs()), median(runs, r -> r.waits().minorFaultsPerStep())));
             }
             List<Result> zero1 = of(model, placement, n, Mode.ZERO1, 0);
             List<Result> zero3 = of(model, placement, n, Mode.ZERO3, 0);

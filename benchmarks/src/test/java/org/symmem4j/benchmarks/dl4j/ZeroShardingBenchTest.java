@@ -78,14 +78,15 @@ class ZeroShardingBenchTest {
         r1.putAll(waits("0,0,0,0,0,0,0,0", "0,0,0,0,0,0,0,0", "8"));
         // rank 0 arrives last on steps 4, 5 (its reduce-scatters ran 1 ms), rank 1 on 6..8
         r0.putAll(Map.of("reduceScatterNanos", "0,0,0,1000,1000,9000,9000,9000", "commDelayNanos", "0,0,0,5,5,5,5,5",
-                "hookWorkNanos", "0,0,0,70,70,70,70,70"));
+                "commCpuNanos", "0,0,0,3,3,3,3,3", "hookWorkNanos", "0,0,0,70,70,70,70,70"));
         r1.putAll(Map.of("reduceScatterNanos", "0,0,0,8000,8000,2000,2000,2000", "commDelayNanos", "0,0,0,6,6,6,6,6",
-                "hookWorkNanos", "0,0,0,60,60,60,60,60"));
+                "commCpuNanos", "0,0,0,4,4,4,4,4", "hookWorkNanos", "0,0,0,60,60,60,60,60"));
         ZeroShardingBench.Waits w = ZeroShardingBench.combine(run, 1, List.of(r0, r1)).waits();
         assertEquals(9000e-6, w.reduceScatterMs(), 1e-12); // slowest per step 8000,8000,9000,9000,9000
         assertEquals(2000e-6, w.leastReduceScatterMs(), 1e-12); // least per step 1000,1000,2000,2000,2000
         assertEquals(6e-6, w.commDelayMs(), 1e-12);
         assertEquals(70e-6, w.hookWorkMs(), 1e-12);
+        assertEquals(4e-6, w.commCpuMs(), 1e-12);
         Map<String, String> older = new java.util.HashMap<>(rank(steps, 1, 1));
         older.putAll(waits("0,0,0,0,0,0,0,0", "0,0,0,0,0,0,0,0", "8"));
         assertEquals(true, Double.isNaN(ZeroShardingBench.combine(run, 1, List.of(older)).waits().commDelayMs()),
