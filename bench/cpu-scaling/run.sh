@@ -140,13 +140,16 @@ zero() {
 # launcher), so that each fits one device call (about 34 runs of 8-15 s on 16 cores); $OUT/hsdp-$1.md and .csv.
 # HSDP_WORKERS (default 4,8,16), HSDP_MODELS (mlp,cnn), HSDP_SHARD_GROUPS (2,4; 0: no HSDP rows) and HSDP_LIMIT (560 s)
 # narrow it to fit a shorter call; HSDP_REPS (1) repeats every cell in fresh JVMs; HSDP_CPU_BIND (auto; none: the
-# processes unbound, as threads are) is the launcher's --cpu-bind. Each report has a "Where the sync goes" table per
-# model and placement (exposed gathers and reduce-scatters of stage 3, their counts, page faults per step) and the
-# ZeRO-3 ÷ ZeRO-1 target line.
+# processes unbound, as threads are) is the launcher's --cpu-bind; HSDP_COMM_CPU=1 (--comm-cpu) gives stage-3 and HSDP
+# ranks one ND4J thread less where a rank has 2 CPUs or more, so that the communication thread has one of its own.
+# Each report has a "Where the sync goes" table per model and placement (exposed gathers and reduce-scatters of stage
+# 3, their counts, the least rank's ran time beside the slowest's, the communication thread's wake-up delay, the
+# worker's own hook work, page faults per step) and the ZeRO-3 ÷ ZeRO-1 target line.
 hsdp() {
   timeout "${HSDP_LIMIT:-560}" "${java[@]}" org.symmem4j.benchmarks.dl4j.ZeroShardingBench \
     --workers "${HSDP_WORKERS:-4,8,16}" --shard-groups "${HSDP_SHARD_GROUPS:-2,4}" --models "${HSDP_MODELS:-mlp,cnn}" \
     --placements "$1" --reps "${HSDP_REPS:-1}" --steps 20 --warmup-steps 5 --cpu-bind "${HSDP_CPU_BIND:-auto}" \
+    ${HSDP_COMM_CPU:+--comm-cpu} \
     --out "$out/hsdp-$1.md" --raw "$out/hsdp-$1.csv" --commit "${COMMIT:-unknown}" \
     --command "bench/cpu-scaling/run.sh bench hsdp-$1" >> "$log" 2>&1
 }

@@ -300,8 +300,8 @@ final class FullySharded implements AutoCloseable {
             } else {
                 fs.copyOwnBlocksFrom(sourceParams);
             }
-            progress.listenForward(key -> fs.forwardStarting(layout.positionOfKey().get(key)));
-            progress.listen(key -> fs.backwardDone(layout.positionOfKey().get(key)));
+            progress.listenForward(key -> fs.clock.inHook(() -> fs.forwardStarting(layout.positionOfKey().get(key))));
+            progress.listen(key -> fs.clock.inHook(() -> fs.backwardDone(layout.positionOfKey().get(key))));
             return fs;
         } catch (RuntimeException | Error e) {
             comm.abort("stage 3 set-up failed on rank " + group.rank() + ": " + e);
@@ -544,9 +544,9 @@ final class FullySharded implements AutoCloseable {
         if (u == null || gathered[u.layer()] || pending[u.layer()] != null) {
             return;
         }
-        clock.gatherIssued();
+        long issued = clock.gatherIssued();
         pending[u.layer()] = commThread.submit(() -> {
-            long t0 = clock.gatherBegins(u.layer());
+            long t0 = clock.gatherBegins(u.layer(), issued);
             comm.allGather(params, u.offset() * dtype.byteSize(), u.length(), dtype);
             clock.gatherRan(t0);
             if (measurePeaks) {
@@ -585,9 +585,9 @@ final class FullySharded implements AutoCloseable {
             // the release drops the pages outside the own block; the parameters are still gathered here
             state.capture(u.offset(), u.offset() + u.length());
         }
-        clock.reduceScatterIssued();
+        long issued = clock.reduceScatterIssued();
         commThread.submit(() -> {
-            long t0 = System.nanoTime();
+            long t0 = clock.reduceScatterBegins(issued);
             long ds = dtype.byteSize();
             MemorySegment local = gradients.local();
             if (idle) {

@@ -42,19 +42,30 @@ public record StepReport(long step, long examples, double loss, long stepNanos, 
      * @param reduceScatters            reduce-scatters issued
      * @param exposedReduceScatterNanos the worker's waits for them
      * @param reduceScatterNanos        their time on the communication thread (the NaN check and page release included)
+     * @param commDelayNanos            how long the collectives, once issued and with the communication thread free,
+     *                                  waited for that thread to start them: its wake-up, which is long when the
+     *                                  worker's compute threads hold every CPU the process may use
+     * @param commCpuNanos              the CPU time the communication thread used inside the collectives (copies,
+     *                                  sums, page faults, spinning in barriers): what it takes from the compute threads
+     *                                  when they share its CPUs; the rest of the ran time it slept
+     * @param hookWorkNanos             the worker's own time in the layer hooks, its waits for gathers left out: the
+     *                                  releases of pages (hole punches in process mode), the regularization terms,
+     *                                  the copies of state updates and the submissions; compute time that stage 3 adds
      */
     public record Collectives(int gathers, long exposedGatherNanos, long gatherNanos, int reduceScatters,
-                              long exposedReduceScatterNanos, long reduceScatterNanos) {
+                              long exposedReduceScatterNanos, long reduceScatterNanos, long commDelayNanos,
+                              long commCpuNanos, long hookWorkNanos) {
 
         /** No per-layer collectives: the modes other than stage 3. */
-        public static final Collectives NONE = new Collectives(0, 0, 0, 0, 0, 0);
+        public static final Collectives NONE = new Collectives(0, 0, 0, 0, 0, 0, 0, 0, 0);
 
         /** Each value the larger of this and {@code o}'s: the slowest worker's. */
         public Collectives max(Collectives o) {
             return new Collectives(Math.max(gathers, o.gathers), Math.max(exposedGatherNanos, o.exposedGatherNanos),
                     Math.max(gatherNanos, o.gatherNanos), Math.max(reduceScatters, o.reduceScatters),
                     Math.max(exposedReduceScatterNanos, o.exposedReduceScatterNanos),
-                    Math.max(reduceScatterNanos, o.reduceScatterNanos));
+                    Math.max(reduceScatterNanos, o.reduceScatterNanos), Math.max(commDelayNanos, o.commDelayNanos),
+                    Math.max(commCpuNanos, o.commCpuNanos), Math.max(hookWorkNanos, o.hookWorkNanos));
         }
     }
 }

@@ -159,6 +159,8 @@ class FullyShardedBehaviourTest {
             assertEquals(3, c.reduceScatters(), "reduce-scatters in step " + r.step() + ": " + c);
             assertTrue(c.exposedGatherNanos() >= 0 && c.exposedReduceScatterNanos() >= 0 && c.gatherNanos() > 0
                     && c.reduceScatterNanos() > 0, c.toString());
+            // the worker's own work in the layer hooks (releases, terms) and the communication thread's wake-ups
+            assertTrue(c.hookWorkNanos() > 0 && c.hookWorkNanos() <= r.stepNanos() && c.commDelayNanos() >= 0, c.toString());
             // each the slowest worker's: each wait is part of that worker's sync time
             assertTrue(c.exposedGatherNanos() <= r.syncNanos() && c.exposedReduceScatterNanos() <= r.syncNanos(),
                     "the waits are part of the step's sync time: " + c + ", sync " + r.syncNanos());

@@ -16,6 +16,7 @@ import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.LongBinaryOperator;
 import org.bytedeco.javacpp.Pointer;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
@@ -66,7 +67,7 @@ import picocli.CommandLine.Option;
  * <pre>
  *   ZeroShardingBench [--workers 1,2,4] [--shard-groups 2] [--models mlp] [--placements threads]
  *                     [--hidden H] [--batch B] [--steps S] [--warmup-steps W] [--reps R] [--heap 768m]
- *                     [--cpu-bind auto|none] [--out report.md] [--raw runs.csv] [--commit C] [--command TEXT]
+ *                     [--cpu-bind auto|none] [--comm-cpu] [--out report.md] [--raw runs.csv] [--commit C] [--command TEXT]
  * </pre>
  * {@code --raw} writes one CSV row per run, as it ends: every number of the report's tables of all runs
  * (bench/plots.sh draws the memory per worker against N from it).
@@ -180,6 +181,10 @@ public final class ZeroShardingBench {
         String heap = "768m";
         @Option(names = "--cpu-bind", paramLabel = "auto|none", description = "the launcher's --cpu-bind for processes")
         String cpuBind = "auto";
+        @Option(names = "--comm-cpu", description = "stage 3 and HSDP: one ND4J thread less per rank where a rank has two"
+                + " or more CPUs (cores ÷ N), so that its communication thread has a CPU of its own; the other modes keep"
+                + " cores ÷ N")
+        boolean commCpu;
         @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
         Path out;
         @Option(names = "--raw", paramLabel = "FILE", description = "write every run as a CSV row to FILE (appended under the"
@@ -192,7 +197,8 @@ public final class ZeroShardingBench {
     }
 
     record Options(List<Integer> workers, List<Integer> shardGroups, List<Model> models, List<Placement> placements,
-                   int hidden, int batch, int steps, int warmupSteps, int reps, String heap, String cpuBind, Path out,
+                   int hidden, int batch, int steps, int warmupSteps, int reps, String heap, String cpuBind, boolean commCpu,
+                   Path out,
                    Path raw, String commit, String command) {
 
         static Options parse(String[] args) {
@@ -232,7 +238,7 @@ public final class ZeroShardingBench {
                 command = "java " + ZeroShardingBench.class.getName() + (args.length == 0 ? "" : " " + String.join(" ", args));
             }
             return new Options(workers, groups, models, placements, hidden, batch, steps, warmup, reps, f.heap, f.cpuBind,
-                    f.out, f.raw, f.commit, command);
+                    f.commCpu, f.out, f.raw, f.commit, command);
         }
 
         /** The runs of one repetition, in order: per model, placement and N, the modes, then HSDP per shard group. */
@@ -311,12 +317,20 @@ public final class ZeroShardingBench {
      * reduce-scatters per step, the time the rank waited for each (exposed: what prefetching and overlap left) and the
      * time each kind ran on the rank's communication thread; and the minor page faults per rank and step during
      * {@code fit()} (stage 3 gives each layer's pages back after use and faults them in again at the next gather).
+     * What separates waiting for other ranks from a collective's own cost: {@code leastGatherMs} and
+     * {@code leastReduceScatterMs}, the same ran times of the rank with the least per step (processes; threads report
+     * the slowest worker only, so there they equal the ran columns): the last rank to arrive at a collective does not
+     * wait at its entry, so the least is close to the collectives' own cost and ran − least to the wait for the
+     * slowest rank (skew); {@code commDelayMs}, the communication thread's wake-up delay, and {@code commCpuMs}, its CPU
+     * time inside the collectives (ran − CPU: it slept), the slowest rank's; and
+     * {@code hookWorkMs}, the worker's own stage-3 work inside the layer hooks, the slowest rank's.
      */
     record Waits(double exposedSyncMs, double gathersPerStep, double exposedGatherMs, double gatherMs,
                  double reduceScattersPerStep, double exposedReduceScatterMs, double reduceScatterMs,
-                 double minorFaultsPerStep) {
+                 double minorFaultsPerStep, double leastGatherMs, double leastReduceScatterMs, double commDelayMs,
+                 double commCpuMs, double hookWorkMs) {
         static final Waits UNKNOWN = new Waits(Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN,
-                Double.NaN, Double.NaN);
+                Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN, Double.NaN);
     }
 
     /**
@@ -330,7 +344,8 @@ public final class ZeroShardingBench {
             "peak_rss_bytes", "off_heap_bytes_per_worker", "median_step_ms", "median_sync_ms", "fit_s", "held_out_loss",
             "model", "placement", "shard_group", "model_state_bytes_per_worker", "p90_step_ms", "exposed_sync_ms",
             "gathers_per_step", "exposed_gather_ms", "gather_ms", "reduce_scatters_per_step", "exposed_reduce_scatter_ms",
-            "reduce_scatter_ms", "minor_faults_per_step");
+            "reduce_scatter_ms", "minor_faults_per_step", "least_gather_ms", "least_reduce_scatter_ms", "comm_delay_ms",
+            "hook_work_ms", "nd4j_threads", "comm_cpu_ms");
 
     private ZeroShardingBench() {
     }
@@ -363,17 +378,22 @@ public final class ZeroShardingBench {
                             RawCsv.num("%.4f", r.waits().exposedGatherMs()), RawCsv.num("%.4f", r.waits().gatherMs()),
                             RawCsv.num("%.1f", r.waits().reduceScattersPerStep()),
                             RawCsv.num("%.4f", r.waits().exposedReduceScatterMs()),
-                            RawCsv.num("%.4f", r.waits().reduceScatterMs()), RawCsv.num("%.1f", r.waits().minorFaultsPerStep()));
+                            RawCsv.num("%.4f", r.waits().reduceScatterMs()), RawCsv.num("%.1f", r.waits().minorFaultsPerStep()),
+                            RawCsv.num("%.4f", r.waits().leastGatherMs()), RawCsv.num("%.4f", r.waits().leastReduceScatterMs()),
+                            RawCsv.num("%.4f", r.waits().commDelayMs()), RawCsv.num("%.4f", r.waits().hookWorkMs()),
+                            ndThreads(o, run, cores), RawCsv.num("%.4f", r.waits().commCpuMs()));
                 }
                 log("rep %d %s %s N=%d %-34s step %8.2f ms (p90 %8.2f, sync %6.2f)  model state/rank %,12d B  off-heap/rank"
                                 + " %,14.0f B  loss %.4f", rep, run.model().flag, run.placement().flag, run.workers(), run.label(),
                         r.medianStepMs(), r.p90StepMs(), r.medianSyncMs(), r.maxModelStateBytes(), r.offHeapPerWorker(),
                         r.finalLoss());
                 Waits w = r.waits();
-                log("    exposed sync %.2f ms; gathers %.0f/step exposed %.2f ms (ran %.2f); reduce-scatters %.0f/step exposed"
-                                + " %.2f ms (ran %.2f); minor faults %.0f/step/rank", w.exposedSyncMs(), w.gathersPerStep(),
-                        w.exposedGatherMs(), w.gatherMs(), w.reduceScattersPerStep(), w.exposedReduceScatterMs(),
-                        w.reduceScatterMs(), w.minorFaultsPerStep());
+                log("    exposed sync %.2f ms; gathers %.0f/step exposed %.2f ms (ran %.2f, least rank %.2f); reduce-scatters"
+                                + " %.0f/step exposed %.2f ms (ran %.2f, least rank %.2f); comm wake-up %.2f ms; comm CPU %.2f ms;"
+                                + " hook work %.2f ms; minor faults %.0f/step/rank", w.exposedSyncMs(), w.gathersPerStep(), w.exposedGatherMs(),
+                        w.gatherMs(), w.leastGatherMs(), w.reduceScattersPerStep(), w.exposedReduceScatterMs(),
+                        w.reduceScatterMs(), w.leastReduceScatterMs(), w.commDelayMs(), w.commCpuMs(), w.hookWorkMs(),
+                        w.minorFaultsPerStep());
             }
         }
         if (raw != null) {
@@ -393,9 +413,19 @@ public final class ZeroShardingBench {
         }
     }
 
+    /**
+     * ND4J threads per rank: cores ÷ N, at least 1; with {@code --comm-cpu}, stage 3 and HSDP ranks that have two CPUs
+     * or more leave one of them to their communication thread.
+     */
+    static int ndThreads(Options o, Run run, int cores) {
+        int share = Math.max(1, cores / run.workers());
+        boolean perLayerCollectives = run.mode() == Mode.ZERO3 || run.mode() == Mode.HSDP;
+        return o.commCpu() && perLayerCollectives && share >= 2 ? share - 1 : share;
+    }
+
     /** Runs one configuration in a fresh JVM, or one per rank through the launcher; parses the RESULT lines. */
     private static Result spawn(Options o, Run run, int rep, int cores) throws IOException, InterruptedException {
-        int threads = Math.max(1, cores / run.workers());
+        int threads = ndThreads(o, run, cores);
         List<String> cmd = new ArrayList<>();
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         cmd.add("--enable-native-access=ALL-UNNAMED");
@@ -485,7 +515,10 @@ public final class ZeroShardingBench {
                 medianOfSlowest(ranks, "gathers"), medianOfSlowest(ranks, "exposedGatherNanos") / 1e6,
                 medianOfSlowest(ranks, "gatherNanos") / 1e6, medianOfSlowest(ranks, "reduceScatters"),
                 medianOfSlowest(ranks, "exposedReduceScatterNanos") / 1e6, medianOfSlowest(ranks, "reduceScatterNanos") / 1e6,
-                ranks.stream().mapToDouble(kv -> Double.parseDouble(kv.get("minorFaultsPerStep"))).max().orElseThrow())
+                ranks.stream().mapToDouble(kv -> Double.parseDouble(kv.get("minorFaultsPerStep"))).max().orElseThrow(),
+                medianOfFastest(ranks, "gatherNanos") / 1e6, medianOfFastest(ranks, "reduceScatterNanos") / 1e6,
+                medianOfSlowest(ranks, "commDelayNanos") / 1e6, medianOfSlowest(ranks, "commCpuNanos") / 1e6,
+                medianOfSlowest(ranks, "hookWorkNanos") / 1e6)
                 : Waits.UNKNOWN;
         return new Result(run, rep, Long.parseLong(first.get("params")), Long.parseLong(first.get("unshardedStateBytes")),
                 maxState, sumState, maxParam, maxGrad, maxModel, baseline, peak, offHeap,
@@ -493,17 +526,37 @@ public final class ZeroShardingBench {
                 quantileAfterStart(sync, 0.5) / 1e6, fit, Double.parseDouble(first.get("finalLoss")), waits);
     }
 
-    /** The median over the measured steps of {@code key}'s per-step values, each step's the largest over the ranks. */
+    /**
+     * The median over the measured steps of {@code key}'s per-step values, each step's the largest over the ranks; NaN
+     * when the RESULT lines have no such key (written before it existed).
+     */
     private static double medianOfSlowest(List<Map<String, String>> ranks, String key) {
+        return medianPerStep(ranks, key, Math::max);
+    }
+
+    /** As {@link #medianOfSlowest}, each step's value the least over the ranks. */
+    private static double medianOfFastest(List<Map<String, String>> ranks, String key) {
+        return medianPerStep(ranks, key, Math::min);
+    }
+
+    private static double medianPerStep(List<Map<String, String>> ranks, String key, LongBinaryOperator pick) {
+        if (!ranks.getFirst().containsKey(key)) {
+            return Double.NaN;
+        }
         long[] v = null;
         for (Map<String, String> kv : ranks) {
-            v = slowest(v, kv.get(key));
+            v = combineSteps(v, kv.get(key), pick);
         }
         return quantileAfterStart(v, 0.5);
     }
 
     /** Per step, the larger of {@code sofar} and the comma-separated {@code values}. */
     private static long[] slowest(long[] sofar, String values) {
+        return combineSteps(sofar, values, Math::max);
+    }
+
+    /** Per step, {@code pick} of {@code sofar} and the comma-separated {@code values}. */
+    private static long[] combineSteps(long[] sofar, String values, LongBinaryOperator pick) {
         long[] v = Arrays.stream(values.split(",")).mapToLong(Long::parseLong).toArray();
         if (sofar == null) {
             return v;
@@ -513,7 +566,7 @@ public final class ZeroShardingBench {
                     + " the same count (every rank takes every step); fix: see the ranks' output for the one that failed");
         }
         for (int i = 0; i < v.length; i++) {
-            v[i] = Math.max(v[i], sofar[i]);
+            v[i] = pick.applyAsLong(v[i], sofar[i]);
         }
         return v;
     }
@@ -621,7 +674,8 @@ public final class ZeroShardingBench {
                         + " sumStateBytes=%d maxParamBytes=%d maxGradientBytes=%d maxModelStateBytes=%d baselineRss=%d"
                         + " peakRss=%d offHeapPerWorker=%.0f fitSeconds=%.4f finalLoss=%.6f stepNanos=%s syncNanos=%s"
                         + " exposedSyncNanos=%s gathers=%s exposedGatherNanos=%s gatherNanos=%s reduceScatters=%s"
-                        + " exposedReduceScatterNanos=%s reduceScatterNanos=%s minorFaultsPerStep=%.1f",
+                        + " exposedReduceScatterNanos=%s reduceScatterNanos=%s minorFaultsPerStep=%.1f commDelayNanos=%s"
+                        + " commCpuNanos=%s hookWorkNanos=%s",
                 net.numParams(), unsharded, maxState, sumState, maxParam, maxGrad, maxModel, baseline, peak.get(), offHeap,
                 fitSeconds, net.score(heldOut), join(stepNanos), join(syncNanos),
                 joinOf(reports, StepReport::exposedSyncNanos), joinOf(reports, r -> r.collectives().gathers()),
@@ -629,7 +683,8 @@ public final class ZeroShardingBench {
                 joinOf(reports, r -> r.collectives().reduceScatters()),
                 joinOf(reports, r -> r.collectives().exposedReduceScatterNanos()),
                 joinOf(reports, r -> r.collectives().reduceScatterNanos()),
-                faults / (double) steps / (group == null ? n : 1)));
+                faults / (double) steps / (group == null ? n : 1), joinOf(reports, r -> r.collectives().commDelayNanos()),
+                joinOf(reports, r -> r.collectives().commCpuNanos()), joinOf(reports, r -> r.collectives().hookWorkNanos())));
         System.out.flush();
         System.exit(0); // ND4J leaves non-daemon threads behind
     }

@@ -72,7 +72,8 @@ final class ZeroShardingReport {
                 String.join(", ", o.placements().stream().map(p -> p.flag).toList()), o.cpuBind()));
         s.append(fmt("- every (repetition, model, placement, N, mode) runs in fresh JVMs (`-Xms%s -Xmx%s -XX:+AlwaysPreTouch`),"
                 + " round-robin over the modes; %d repetitions; medians of the runs reported. ND4J threads per rank: cores ÷ N,"
-                + " at least 1.\n", o.heap(), o.heap(), o.reps()));
+                + " at least 1%s.\n", o.heap(), o.heap(), o.reps(), o.commCpu() ? " (`--comm-cpu`: stage 3 and HSDP ranks with"
+                + " two CPUs or more one less, so that their communication thread has a CPU of its own)" : ""));
         s.append("- parameters, gradient and optimizer state per rank: from each rank's actual arrays"
                 + " (`wrapper.workerMemory()`): the replica's parameter and gradient views (ZeRO-3 and HSDP: the bytes of"
                 + " them that are resident after the fit, measured with mincore: the rank's blocks and edge pages) and the"
@@ -164,20 +165,27 @@ final class ZeroShardingReport {
      */
     private void waits(StringBuilder s, Model model, ZeroShardingBench.Placement placement, List<String> targets) {
         s.append(fmt("Where the sync goes, %s, %s (ms per step; gathers and reduce-scatters: stage 3's per-layer"
-                + " collectives, exposed = the rank waited, ran = on its communication thread):\n\n", model.flag, placement.flag));
+                + " collectives, exposed = the rank waited, ran = on its communication thread, least rank = the ran time"
+                + " of the rank with the least, close to the collectives' own cost: ran − least is the wait for the"
+                + " slowest rank; comm wake-up = collectives issued to an idle communication thread that waited for a"
+                + " CPU; comm CPU = that thread's CPU time inside the collectives, the rest of ran it slept; hook work = the worker's own stage-3 work in the layer hooks):\n\n", model.flag, placement.flag));
         s.append("| N | mode | step (ms) | sync (ms) | exposed sync (ms) | gathers / step | exposed gather (ms) | gather ran (ms) |"
-                + " reduce-scatters / step | exposed reduce-scatter (ms) | reduce-scatter ran (ms) | minor faults / step / rank |\n");
-        s.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                + " gather ran, least rank (ms) | reduce-scatters / step | exposed reduce-scatter (ms) | reduce-scatter ran (ms) |"
+                + " reduce-scatter ran, least rank (ms) | comm wake-up (ms) | comm CPU (ms) | hook work (ms) |"
+                + " minor faults / step / rank |\n");
+        s.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (int n : o.workers()) {
             for (Run run : runsOf(model, placement, n)) {
                 List<Result> runs = of(model, placement, n, run.mode(), run.shardGroup());
-                s.append(fmt("| %d | %s | %.2f | %.2f | %.2f | %.0f | %.2f | %.2f | %.0f | %.2f | %.2f | %,.0f |\n", n, run.label(),
+                s.append(fmt("| %d | %s | %.2f | %.2f | %.2f | %.0f | %.2f | %.2f | %.2f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f"
+                                + " | %.2f | %,.0f |\n", n, run.label(),
                         median(runs, Result::medianStepMs), median(runs, Result::medianSyncMs),
                         median(runs, r -> r.waits().exposedSyncMs()), median(runs, r -> r.waits().gathersPerStep()),
                         median(runs, r -> r.waits().exposedGatherMs()), median(runs, r -> r.waits().gatherMs()),
-                        median(runs, r -> r.waits().reduceScattersPerStep()),
+                        median(runs, r -> r.waits().leastGatherMs()), median(runs, r -> r.waits().reduceScattersPerStep()),
                         median(runs, r -> r.waits().exposedReduceScatterMs()), median(runs, r -> r.waits().reduceScatterMs()),
-                        median(runs, r -> r.waits().minorFaultsPerStep())));
+                        median(runs, r -> r.waits().leastReduceScatterMs()), median(runs, r -> r.waits().commDelayMs()),
+                        median(runs, r -> r.waits().commCpuMs()), median(runs, r -> r.waits().hookWorkMs()), median(runs, r -> r.waits().minorFaultsPerStep())));
             }
             List<Result> zero1 = of(model, placement, n, Mode.ZERO1, 0);
             List<Result> zero3 = of(model, placement, n, Mode.ZERO3, 0);

@@ -68,6 +68,46 @@ class ZeroShardingBenchTest {
         assertEquals(12, w.minorFaultsPerStep(), 1e-12); // the rank with the most
     }
 
+    @Test
+    void theLeastRanksRanTimeSeparatesTheWaitForTheSlowestRank() {
+        Run run = new Run(Model.MLP, Placement.PROCESSES, 2, Mode.ZERO3, 0);
+        String steps = "9,9,9,10,10,10,10,10";
+        Map<String, String> r0 = new java.util.HashMap<>(rank(steps, 1, 1));
+        Map<String, String> r1 = new java.util.HashMap<>(rank(steps, 1, 1));
+        r0.putAll(waits("0,0,0,0,0,0,0,0", "0,0,0,0,0,0,0,0", "8"));
+        r1.putAll(waits("0,0,0,0,0,0,0,0", "0,0,0,0,0,0,0,0", "8"));
+        // rank 0 arrives last on steps 4, 5 (its reduce-scatters ran 1 ms), rank 1 on 6..8
+        r0.putAll(Map.of("reduceScatterNanos", "0,0,0,1000,1000,9000,9000,9000", "commDelayNanos", "0,0,0,5,5,5,5,5",
+                "commCpuNanos", "0,0,0,3,3,3,3,3", "hookWorkNanos", "0,0,0,70,70,70,70,70"));
+        r1.putAll(Map.of("reduceScatterNanos", "0,0,0,8000,8000,2000,2000,2000", "commDelayNanos", "0,0,0,6,6,6,6,6",
+                "commCpuNanos", "0,0,0,4,4,4,4,4", "hookWorkNanos", "0,0,0,60,60,60,60,60"));
+        ZeroShardingBench.Waits w = ZeroShardingBench.combine(run, 1, List.of(r0, r1)).waits();
+        assertEquals(9000e-6, w.reduceScatterMs(), 1e-12); // slowest per step 8000,8000,9000,9000,9000
+        assertEquals(2000e-6, w.leastReduceScatterMs(), 1e-12); // least per step 1000,1000,2000,2000,2000
+        assertEquals(6e-6, w.commDelayMs(), 1e-12);
+        assertEquals(70e-6, w.hookWorkMs(), 1e-12);
+        assertEquals(4e-6, w.commCpuMs(), 1e-12);
+        Map<String, String> older = new java.util.HashMap<>(rank(steps, 1, 1));
+        older.putAll(waits("0,0,0,0,0,0,0,0", "0,0,0,0,0,0,0,0", "8"));
+        assertEquals(true, Double.isNaN(ZeroShardingBench.combine(run, 1, List.of(older)).waits().commDelayMs()),
+                "RESULT lines from before the wake-up column have none");
+    }
+
+    @Test
+    void commCpuLeavesStage3RanksOneCpuForTheirCommunicationThread() {
+        ZeroShardingBench.Options plain = ZeroShardingBench.Options.parse(new String[] {"--workers", "8"});
+        ZeroShardingBench.Options comm = ZeroShardingBench.Options.parse(new String[] {"--workers", "8", "--comm-cpu"});
+        Run zero3 = new Run(Model.MLP, Placement.PROCESSES, 8, Mode.ZERO3, 0);
+        Run hsdp = new Run(Model.MLP, Placement.PROCESSES, 8, Mode.HSDP, 4);
+        Run zero1 = new Run(Model.MLP, Placement.PROCESSES, 8, Mode.ZERO1, 0);
+        assertEquals(4, ZeroShardingBench.ndThreads(plain, zero3, 32));
+        assertEquals(3, ZeroShardingBench.ndThreads(comm, zero3, 32));
+        assertEquals(3, ZeroShardingBench.ndThreads(comm, hsdp, 32));
+        assertEquals(4, ZeroShardingBench.ndThreads(comm, zero1, 32), "stage 1 has no communication thread");
+        assertEquals(1, ZeroShardingBench.ndThreads(comm, zero3, 8), "one CPU per rank: nothing to leave");
+        assertEquals(1, ZeroShardingBench.ndThreads(comm, new Run(Model.MLP, Placement.PROCESSES, 16, Mode.ZERO3, 0), 32));
+    }
+
     private static Map<String, String> waits(String exposedGather, String exposedReduceScatter, String faults) {
         String zeros = "0,0,0,0,0,0,0,0";
         return Map.of("exposedSyncNanos", zeros, "gathers", "4,4,4,4,4,4,4,4", "exposedGatherNanos", exposedGather,
