@@ -197,6 +197,11 @@ final class StageReplicas {
         } else if (tensorShards != null) {
             model.networkFromGraph();
             tensorShards.giveIfChanged(model.network(), all);
+        } else if (blocksInThisProcess()) {
+            // compared where the blocks lie; only a changed model builds the stages' whole state, to be given it
+            if (!model.holdsBlocks(all, sharding == ZeroStage.PARAMETERS)) {
+                withWholeState(all, null, () -> all.forEach(model::giveTo));
+            }
         } else {
             withWholeState(all, exchange, () -> {
                 if (!model.holds(first)) {
@@ -216,6 +221,8 @@ final class StageReplicas {
         } else if (tensorParallel > 1) {
             copyInto(model.network(), exchange); // joined, or gathered from every rank
             model.graphFromNetwork();
+        } else if (blocksInThisProcess()) {
+            model.takeBlocksFrom(all, sharding == ZeroStage.PARAMETERS); // straight from the blocks: ZeroHandover
         } else {
             withWholeState(List.of(first), exchange, () -> model.takeFrom(first, exchange, pipelineRanks));
         }
@@ -228,6 +235,11 @@ final class StageReplicas {
             exchange.gatherShardsInto(tensorRank.split(), first, pipelineRanks, tensorParallel, target);
         } else if (tensorShards != null) {
             tensorShards.takeInto(all.subList(0, tensorParallel), target);
+        } else if (exchange == null && blocksInThisProcess()) {
+            split.requireSameLayers(target);
+            ZeroHandover.copyInto(target.params(), target.getUpdater(true), split, all, sharding == ZeroStage.PARAMETERS);
+            target.setIterationCount(first.getFirst().network().getIterationCount());
+            target.setEpochCount(first.getFirst().network().getEpochCount());
         } else if (exchange == null) {
             withWholeState(List.of(first), null,
                     () -> split.copyStagesInto(first.stream().map(Dl4jPipelineStage::network).toList(), target));
@@ -250,6 +262,15 @@ final class StageReplicas {
             PipelineZero.withWholeStateInGroup(first, exchange, group.rank() < pipelineRanks * tensorParallel,
                     sharding == ZeroStage.PARAMETERS, action);
         }
+    }
+
+    /**
+     * Thread mode with ZeRO on the dp axis once every stage holds its blocks (from the first step on): the model's
+     * hand-overs read and write the replicas' blocks where they lie ({@link ZeroHandover}) instead of building each
+     * stage's whole updater state around them ({@link #withWholeState}).
+     */
+    private boolean blocksInThisProcess() {
+        return shardedState && group == null && ZeroHandover.applies(all);
     }
 
     /** Whether the stages' updater state is cut over the replicas (ZeRO stage 1 or 2, {@link PipelineZero}). */
