@@ -149,12 +149,16 @@ final class PipelineModel implements ListenedModel {
         }
     }
 
-    /** As {@link #holds(List)}, from every replica's blocks ({@link #takeBlocksFrom}). */
+    /**
+     * As {@link #holds(List)}, from every replica's blocks ({@link #takeBlocksFrom}); in group mode {@code all} is this
+     * rank's replica, its held stages' blocks compared.
+     */
     boolean holdsBlocks(List<List<Dl4jPipelineStage>> all, boolean parameters) {
         if (hollow != null) {
             return true; // the model holds no state of its own: the stages are the training state
         }
-        MultiLayerNetwork counters = all.getFirst().getFirst().network();
+        MultiLayerNetwork counters = all.getFirst().stream().filter(Dl4jPipelineStage::held).findFirst().orElseThrow()
+                .network();
         return counters.getIterationCount() == iterationCount() && counters.getEpochCount() == epochCount()
                 && ZeroHandover.holds(model().params(), updater(), split, all, parameters);
     }

@@ -202,6 +202,8 @@ final class StageReplicas {
             if (!model.holdsBlocks(all, sharding == ZeroStage.PARAMETERS)) {
                 withWholeState(all, null, () -> all.forEach(model::giveTo));
             }
+        } else if (shardedState && group != null && unchangedOnEveryRank(model, exchange)) {
+            return; // no rank's model changed: the whole state is not gathered for a comparison
         } else {
             withWholeState(all, exchange, () -> {
                 if (!model.holds(first)) {
@@ -262,6 +264,21 @@ final class StageReplicas {
             PipelineZero.withWholeStateInGroup(first, exchange, group.rank() < pipelineRanks * tensorParallel,
                     sharding == ZeroStage.PARAMETERS, action);
         }
+    }
+
+    /**
+     * Group mode with ZeRO on the dp axis: whether every rank's held stages hold their blocks and those hold its model
+     * bitwise ({@link ZeroHandover#holds}, each rank its own), agreed over the group in one number, so that the whole
+     * state is gathered over the group (collective: every rank or none) only when some rank's model changed or a stage
+     * is not sharded yet. Collective.
+     */
+    private boolean unchangedOnEveryRank(PipelineModel model, GroupExchange exchange) {
+        boolean mine = ZeroHandover.applies(List.of(first))
+                && model.holdsBlocks(List.of(first), sharding == ZeroStage.PARAMETERS);
+        INDArray changed = Nd4j.create(split.dataType(), 1);
+        changed.putScalar(0, mine ? 0 : 1);
+        exchange.sumInPlace(changed);
+        return changed.getDouble(0) == 0;
     }
 
     /**

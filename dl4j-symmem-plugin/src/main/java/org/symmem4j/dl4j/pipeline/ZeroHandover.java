@@ -40,7 +40,7 @@ final class ZeroHandover {
     static boolean applies(List<List<Dl4jPipelineStage>> all) {
         for (List<Dl4jPipelineStage> replica : all) {
             for (Dl4jPipelineStage stage : replica) {
-                if (stage.network().numParams() > 0 && stage.optimizerShard() == null) {
+                if (stage.held() && stage.network().numParams() > 0 && stage.optimizerShard() == null) {
                     return false;
                 }
             }
@@ -51,7 +51,7 @@ final class ZeroHandover {
     /**
      * Whether the replicas' blocks hold {@code params}' and {@code updater}'s state bitwise (the counters are the
      * caller's): stages 1 and 2 replica 0's whole parameters, stage 3 every replica's block of them; every replica's
-     * block of the updater state.
+     * block of the updater state. In group mode {@code all} is this rank's replica, whose held stages are compared.
      *
      * @param parameters whether the parameters are cut too (stage 3)
      */
@@ -81,6 +81,9 @@ final class ZeroHandover {
             long count = split.parameterCount(s);
             for (int d = 0; count > 0 && d < all.size(); d++) {
                 Dl4jPipelineStage stage = all.get(d).get(s);
+                if (!stage.held()) {
+                    continue; // group mode: another rank's stage
+                }
                 OptimizerStateShard shard = stage.optimizerShard();
                 long[] block = shard.block();
                 // stages 1 and 2: every replica holds the whole parameters (the same bits): replica 0's are read
