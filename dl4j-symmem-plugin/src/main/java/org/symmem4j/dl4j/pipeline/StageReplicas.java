@@ -372,15 +372,17 @@ final class StageReplicas {
             return tensorShards.listenerStep(model, batch, score, all);
         }
         ModelListeners.Step step = model.step(batch, score, all);
-        return shardedState ? withWholeStateAround(step) : step;
+        return shardedState ? withWholeStateAround(step, model) : step;
     }
 
     /**
-     * Thread mode with ZeRO on the dp axis: {@code step}'s hand-overs of the updater state run while the stages hold it
-     * whole ({@link #withWholeState}): the model takes replica 0's, and a change a listener made goes to every replica's
-     * blocks. Without this the copy would read a sharded updater, whose layout is not DL4J's.
+     * Thread mode with ZeRO on the dp axis: {@code step}'s hand-overs to the model's listeners read the replicas' blocks
+     * where they lie once every stage holds them ({@link ZeroHandover}: the state, and the update from the gradient
+     * views), else run while the stages hold the state whole ({@link #withWholeState}); a change a listener made goes to
+     * every replica's blocks through the whole state. Without either the copy would read a sharded updater, whose
+     * layout is not DL4J's.
      */
-    private ModelListeners.Step withWholeStateAround(ModelListeners.Step step) {
+    private ModelListeners.Step withWholeStateAround(ModelListeners.Step step, PipelineModel model) {
         return new ModelListeners.Step() {
             @Override
             public List<Object> batches() {
@@ -404,12 +406,22 @@ final class StageReplicas {
 
             @Override
             public void syncModel() {
-                withWholeState(List.of(first), null, step::syncModel);
+                if (blocksInThisProcess()) {
+                    // as the step's own syncModel, from the blocks where they lie (ZeroHandover): no whole state built
+                    model.takeBlocksFrom(all, sharding == ZeroStage.PARAMETERS);
+                    ZeroHandover.copyUpdatesInto(model.gradientView(), split, all, sharding == ZeroStage.PARAMETERS);
+                } else {
+                    withWholeState(List.of(first), null, step::syncModel);
+                }
             }
 
             @Override
             public void syncReplicasIfChanged() {
-                withWholeState(all, null, step::syncReplicasIfChanged);
+                if (!blocksInThisProcess()) {
+                    withWholeState(all, null, step::syncReplicasIfChanged);
+                } else if (!model.holdsBlocks(all, sharding == ZeroStage.PARAMETERS)) {
+                    withWholeState(all, null, () -> all.forEach(model::giveTo)); // a listener changed the model
+                }
             }
         };
     }

@@ -19,8 +19,8 @@ import org.symmem4j.dl4j.nd4j.ArrayCollectives;
  * 0 (the model takes the stages): {@code dp + 1} whole updaters built, filled and dropped per {@code fit}, serially on
  * the caller's thread while every rank waits, once per step with {@code fit(batch)}
  * ({@code bench/results/2026-11-30-pipeline-zero-speed.md}). Here every element is read once, from its one owner, so
- * the bits are that path's; it stays for what changes the stages (a model changed between fits, checkpoints,
- * listeners) and for group mode, whose hand-over gathers over the group.
+ * the bits are that path's; it stays for what changes the stages (a model changed between fits or by a listener,
+ * checkpoints) and for group mode's hand-over at the end of {@code fit}, which gathers over the group.
  */
 final class ZeroHandover {
 
@@ -70,6 +70,37 @@ final class ZeroHandover {
         });
     }
 
+    /**
+     * The stages' last update into {@code target} (the model's gradient view, as DL4J's listeners read it after a step):
+     * what each stage's gradient view holds after its step, with stage 3 each replica's block of it (the rest of its view
+     * given back), with stages 1 and 2 replica 0's whole view (the update all-gathered).
+     */
+    static void copyUpdatesInto(INDArray target, PipelineStageSplit split, List<List<Dl4jPipelineStage>> all,
+                                boolean parameters) {
+        long width = target.dataType().width();
+        MemorySegment to = ArrayCollectives.segmentOf(target);
+        for (int s = 0; s < split.stageCount(); s++) {
+            long from = split.parameterOffset(s);
+            long count = split.parameterCount(s);
+            for (int d = 0; count > 0 && d < all.size(); d++) {
+                Dl4jPipelineStage stage = all.get(d).get(s);
+                long[] own = owned(stage.optimizerShard(), parameters, d, count);
+                if (own[0] < own[1]) {
+                    MemorySegment.copy(ArrayCollectives.segmentOf(stage.network().getGradientsViewArray()),
+                            own[0] * width, to, (from + own[0]) * width, (own[1] - own[0]) * width);
+                }
+            }
+        }
+    }
+
+    /**
+     * The parameters {@code [from, to)} of a stage whose copy replica {@code d} contributes: its block with stage 3; with
+     * stages 1 and 2 every replica holds the whole stage (the same bits), so replica 0's whole and nothing of the others.
+     */
+    private static long[] owned(OptimizerStateShard shard, boolean parameters, int d, long count) {
+        return parameters ? shard.block() : d == 0 ? new long[] {0, count} : new long[] {count, count};
+    }
+
     private static boolean walk(INDArray params, Updater updater, PipelineStageSplit split,
                                 List<List<Dl4jPipelineStage>> all, boolean parameters, RunAction action) {
         long width = params.dataType().width();
@@ -85,10 +116,9 @@ final class ZeroHandover {
                     continue; // group mode: another rank's stage
                 }
                 OptimizerStateShard shard = stage.optimizerShard();
-                long[] block = shard.block();
-                // stages 1 and 2: every replica holds the whole parameters (the same bits): replica 0's are read
-                long pa = parameters ? block[0] : d == 0 ? 0 : count;
-                long pb = parameters ? block[1] : count;
+                long[] own = owned(shard, parameters, d, count);
+                long pa = own[0];
+                long pb = own[1];
                 if (pa < pb && !action.apply(ArrayCollectives.segmentOf(stage.network().params()), pa * width, model,
                         (from + pa) * width, (pb - pa) * width)) {
                     return false;
