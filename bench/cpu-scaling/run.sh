@@ -243,6 +243,9 @@ sync_bn() {
 # pipeline of rank threads (1F1B, one ND4J thread per rank) with and without sharding(OPTIMIZER_STATE), runs
 # alternating: 2 x 4 (the default MLP, 6 x 512) and 4 x 4 (6 x 1024); $OUT/pipeline-zero-2x4.md, -4x4.md; and stage 3
 # (sharding(PARAMETERS)) at 2 x 4, $OUT/pipeline-zero3-2x4.md.
+# Each report ends with "Where the step goes" (PipelineStepPhases): per run the pipeline, what runs outside it on the
+# caller's thread (the model's hand-overs) and per rank passes, waits and optimizer step; read with
+# bench/results/2026-11-30-pipeline-zero-speed.md.
 pipeline_zero() {
   OMP_NUM_THREADS=1 timeout 100 "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineZeroBench --dp 2 --pp 4 \
     --steps 24 --warmup 6 --reps 3 > "$out/pipeline-zero-2x4.md" 2>> "$log"

@@ -322,6 +322,37 @@ public final class OptimizerStateShard implements AutoCloseable {
         }
     }
 
+    /**
+     * One run of this replica's block of updater state, by the parameters it belongs to: state section {@code section}
+     * (Adam: 0 the first moments, 1 the second) of the network's flat parameters {@code [paramStart, paramEnd)}, at
+     * element {@code offset} of {@link #state()}.
+     */
+    public record StateRun(long paramStart, long paramEnd, int section, long offset) {
+    }
+
+    /**
+     * {@return this replica's block of updater state as runs by parameter, for a hand-over straight into another
+     * network's updater (a pipeline model whose updater blocks are not this stage's), without {@link #materialize}}
+     */
+    public List<StateRun> stateRuns() {
+        List<StateRun> runs = new ArrayList<>();
+        for (long[] r : sharded.stateRunsByParameter()) {
+            runs.add(new StateRun(r[0], r[1], (int) r[2], r[3]));
+        }
+        return runs;
+    }
+
+    /**
+     * {@return this replica's block of updater state (its runs: {@link #stateRuns}), null when the updater keeps none;
+     * not valid while materialized}
+     */
+    public INDArray state() {
+        if (materialized) {
+            throw Invariants.violated("the shard's state read while the network holds DL4J's full updater");
+        }
+        return sharded.state();
+    }
+
     /** {@return the elements of DL4J's whole updater state of the network: every replica's blocks together} */
     public long wholeStateLength() {
         return sharded.layout().stateCount();

@@ -548,6 +548,23 @@ final class ShardedUpdater {
         return runs;
     }
 
+    /**
+     * This rank's state by the parameters it belongs to, in the order {@link #forEachStateRun} walks it:
+     * {@code {paramStart, paramEnd, section, offset}}, the state section {@code section} (Adam: 0 the first moments, 1
+     * the second) of parameters {@code [paramStart, paramEnd)} of the flat vector, at element {@code offset} of
+     * {@link #state()}. For hand-overs into a network whose updater blocks differ from this one's (a pipeline stage's
+     * state into the whole model's), which map parameters, not state offsets.
+     */
+    List<long[]> stateRunsByParameter() {
+        List<long[]> runs = new ArrayList<>();
+        for (Piece p : pieces) {
+            for (int j = 0; j < p.block().statesPerParam(); j++) {
+                runs.add(new long[] {p.start(), p.end(), j, p.stateOffset() + j * p.length()});
+            }
+        }
+        return runs;
+    }
+
     /** Whether DL4J's full state holds exactly this shard's state, bitwise. */
     boolean stateMatches(INDArray fullState) {
         return forEachStateRun(fullState, (full, fullAt, mine, mineAt, bytes) ->

@@ -31,7 +31,8 @@ import picocli.CommandLine.Option;
  * {@code fit(batch)}, median over the steps after the warm-up, median over the repetitions) and the model bytes the
  * trainer holds after training ({@code modelBytesHeld()}: parameters, gradient views, accumulated gradients and
  * updater state of every replica's stages; between steps, so with stage 3 each replica's block of parameters and
- * gradient view, the accumulated gradient given back).
+ * gradient view, the accumulated gradient given back), and where the steps go ({@link PipelineStepPhases}: the
+ * pipeline, what runs outside it on the caller's thread, each rank's passes, waits and optimizer step).
  *
  * <pre>
  *   PipelineZeroBench [--dp 2] [--pp 2] [--layers 6] [--hidden 512] [--microbatches 4] [--batch 64] [--steps 40]
@@ -105,9 +106,14 @@ public final class PipelineZeroBench {
         double[][] off = new double[f.runs.reps][];
         double[][] on = new double[f.runs.reps][];
         List<String> raw = new ArrayList<>();
+        List<String> phases = new ArrayList<>();
         for (int r = 0; r < f.runs.reps; r++) {
-            off[r] = run(f, base, data, false);
-            on[r] = run(f, base, data, true);
+            PipelineStepPhases offPhases = new PipelineStepPhases();
+            PipelineStepPhases onPhases = new PipelineStepPhases();
+            off[r] = run(f, base, data, false, offPhases);
+            on[r] = run(f, base, data, true, onPhases);
+            phases.add(offPhases.row("rep " + r + " unsharded"));
+            phases.add(onPhases.row("rep " + r + " " + f.stage));
             raw.add(String.format(Locale.ROOT, "rep %d: unsharded step %.3f ms, %d bytes; sharded step %.3f ms, %d bytes",
                     r, off[r][0], (long) off[r][1], on[r][0], (long) on[r][1]));
         }
@@ -124,11 +130,20 @@ public final class PipelineZeroBench {
                 100.0 * (bytesOff - bytesOn) / bytesOff));
         System.out.println();
         raw.forEach(System.out::println);
+        System.out.println();
+        System.out.println("Where the step goes (medians over each run's steps after the warm-up; replica 0's pipeline"
+                + " ranks r0 / r1 / ...; pipeline = the ranks' first event to their last; outside = the rest of"
+                + " fit(batch), on the caller's thread while the ranks wait: the model's hand-overs, the batch cut;"
+                + " optimizer step = the stage's dp gradient sum, the update and, with ZeRO, the all-gather):");
+        System.out.println();
+        System.out.println(PipelineStepPhases.HEADER);
+        phases.forEach(System.out::println);
         System.exit(0);
     }
 
-    /** One run: [median step ms after the warm-up, model bytes held after training]. */
-    private static double[] run(Flags f, MultiLayerNetwork base, List<DataSet> data, boolean sharded) {
+    /** One run: [median step ms after the warm-up, model bytes held after training]; its steps into {@code phases}. */
+    private static double[] run(Flags f, MultiLayerNetwork base, List<DataSet> data, boolean sharded,
+                                PipelineStepPhases phases) {
         MultiLayerNetwork net = base.clone();
         var builder = PipelineParallelTrainer.builder(net).ranks(f.pp).dataParallel(f.dp).microbatches(f.microbatches)
                 .schedule(PipelineSchedule.ONE_F_ONE_B).ompThreadsPerRank(f.threads);
@@ -142,6 +157,7 @@ public final class PipelineZeroBench {
                 trainer.fit(data.get(s));
                 if (s >= f.runs.warmup) {
                     steps[s - f.runs.warmup] = (System.nanoTime() - start) / 1e6;
+                    phases.record(steps[s - f.runs.warmup], trainer.lastStep());
                 }
             }
             return new double[] {median(steps), trainer.modelBytesHeld()};

@@ -129,6 +129,41 @@ final class PipelineModel implements ListenedModel {
     }
 
     /**
+     * Thread mode with ZeRO on the dp axis, every stage holding its blocks ({@link ZeroHandover#applies}): the model
+     * takes the stages' state from every replica's blocks ({@link ZeroHandover#copyInto}), as {@link #takeFrom} does
+     * from whole stages.
+     *
+     * @param parameters whether the parameters are cut too (stage 3)
+     */
+    void takeBlocksFrom(List<List<Dl4jPipelineStage>> all, boolean parameters) {
+        if (hollow != null) {
+            takeFrom(all.getFirst(), null, 0); // the counters only
+            return;
+        }
+        ZeroHandover.copyInto(network.params(), network.getUpdater(true), split, all, parameters);
+        MultiLayerNetwork counters = all.getFirst().getFirst().network();
+        network.setIterationCount(counters.getIterationCount());
+        network.setEpochCount(counters.getEpochCount());
+        if (graph != null) {
+            GraphChain.copyInto(network, graph);
+        }
+    }
+
+    /**
+     * As {@link #holds(List)}, from every replica's blocks ({@link #takeBlocksFrom}); in group mode {@code all} is this
+     * rank's replica, its held stages' blocks compared.
+     */
+    boolean holdsBlocks(List<List<Dl4jPipelineStage>> all, boolean parameters) {
+        if (hollow != null) {
+            return true; // the model holds no state of its own: the stages are the training state
+        }
+        MultiLayerNetwork counters = all.getFirst().stream().filter(Dl4jPipelineStage::held).findFirst().orElseThrow()
+                .network();
+        return counters.getIterationCount() == iterationCount() && counters.getEpochCount() == epochCount()
+                && ZeroHandover.holds(model().params(), updater(), split, all, parameters);
+    }
+
+    /**
      * Whether the stages this process holds hold the user's model's state bitwise (it was not changed since
      * {@link #takeFrom}); in group mode each rank compares its own stages.
      */

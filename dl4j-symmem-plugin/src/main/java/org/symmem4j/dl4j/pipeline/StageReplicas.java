@@ -197,6 +197,13 @@ final class StageReplicas {
         } else if (tensorShards != null) {
             model.networkFromGraph();
             tensorShards.giveIfChanged(model.network(), all);
+        } else if (blocksInThisProcess()) {
+            // compared where the blocks lie; only a changed model builds the stages' whole state, to be given it
+            if (!model.holdsBlocks(all, sharding == ZeroStage.PARAMETERS)) {
+                withWholeState(all, null, () -> all.forEach(model::giveTo));
+            }
+        } else if (shardedState && group != null && unchangedOnEveryRank(model, exchange)) {
+            return; // no rank's model changed: the whole state is not gathered for a comparison
         } else {
             withWholeState(all, exchange, () -> {
                 if (!model.holds(first)) {
@@ -216,6 +223,8 @@ final class StageReplicas {
         } else if (tensorParallel > 1) {
             copyInto(model.network(), exchange); // joined, or gathered from every rank
             model.graphFromNetwork();
+        } else if (blocksInThisProcess()) {
+            model.takeBlocksFrom(all, sharding == ZeroStage.PARAMETERS); // straight from the blocks: ZeroHandover
         } else {
             withWholeState(List.of(first), exchange, () -> model.takeFrom(first, exchange, pipelineRanks));
         }
@@ -228,6 +237,11 @@ final class StageReplicas {
             exchange.gatherShardsInto(tensorRank.split(), first, pipelineRanks, tensorParallel, target);
         } else if (tensorShards != null) {
             tensorShards.takeInto(all.subList(0, tensorParallel), target);
+        } else if (exchange == null && blocksInThisProcess()) {
+            split.requireSameLayers(target);
+            ZeroHandover.copyInto(target.params(), target.getUpdater(true), split, all, sharding == ZeroStage.PARAMETERS);
+            target.setIterationCount(first.getFirst().network().getIterationCount());
+            target.setEpochCount(first.getFirst().network().getEpochCount());
         } else if (exchange == null) {
             withWholeState(List.of(first), null,
                     () -> split.copyStagesInto(first.stream().map(Dl4jPipelineStage::network).toList(), target));
@@ -250,6 +264,30 @@ final class StageReplicas {
             PipelineZero.withWholeStateInGroup(first, exchange, group.rank() < pipelineRanks * tensorParallel,
                     sharding == ZeroStage.PARAMETERS, action);
         }
+    }
+
+    /**
+     * Group mode with ZeRO on the dp axis: whether every rank's held stages hold their blocks and those hold its model
+     * bitwise ({@link ZeroHandover#holds}, each rank its own), agreed over the group in one number, so that the whole
+     * state is gathered over the group (collective: every rank or none) only when some rank's model changed or a stage
+     * is not sharded yet. Collective.
+     */
+    private boolean unchangedOnEveryRank(PipelineModel model, GroupExchange exchange) {
+        boolean mine = ZeroHandover.applies(List.of(first))
+                && model.holdsBlocks(List.of(first), sharding == ZeroStage.PARAMETERS);
+        INDArray changed = Nd4j.create(split.dataType(), 1);
+        changed.putScalar(0, mine ? 0 : 1);
+        exchange.sumInPlace(changed);
+        return changed.getDouble(0) == 0;
+    }
+
+    /**
+     * Thread mode with ZeRO on the dp axis once every stage holds its blocks (from the first step on): the model's
+     * hand-overs read and write the replicas' blocks where they lie ({@link ZeroHandover}) instead of building each
+     * stage's whole updater state around them ({@link #withWholeState}).
+     */
+    private boolean blocksInThisProcess() {
+        return shardedState && group == null && ZeroHandover.applies(all);
     }
 
     /** Whether the stages' updater state is cut over the replicas (ZeRO stage 1 or 2, {@link PipelineZero}). */
@@ -334,15 +372,17 @@ final class StageReplicas {
             return tensorShards.listenerStep(model, batch, score, all);
         }
         ModelListeners.Step step = model.step(batch, score, all);
-        return shardedState ? withWholeStateAround(step) : step;
+        return shardedState ? withWholeStateAround(step, model) : step;
     }
 
     /**
-     * Thread mode with ZeRO on the dp axis: {@code step}'s hand-overs of the updater state run while the stages hold it
-     * whole ({@link #withWholeState}): the model takes replica 0's, and a change a listener made goes to every replica's
-     * blocks. Without this the copy would read a sharded updater, whose layout is not DL4J's.
+     * Thread mode with ZeRO on the dp axis: {@code step}'s hand-overs to the model's listeners read the replicas' blocks
+     * where they lie once every stage holds them ({@link ZeroHandover}: the state, and the update from the gradient
+     * views), else run while the stages hold the state whole ({@link #withWholeState}); a change a listener made goes to
+     * every replica's blocks through the whole state. Without either the copy would read a sharded updater, whose
+     * layout is not DL4J's.
      */
-    private ModelListeners.Step withWholeStateAround(ModelListeners.Step step) {
+    private ModelListeners.Step withWholeStateAround(ModelListeners.Step step, PipelineModel model) {
         return new ModelListeners.Step() {
             @Override
             public List<Object> batches() {
@@ -366,12 +406,22 @@ final class StageReplicas {
 
             @Override
             public void syncModel() {
-                withWholeState(List.of(first), null, step::syncModel);
+                if (blocksInThisProcess()) {
+                    // as the step's own syncModel, from the blocks where they lie (ZeroHandover): no whole state built
+                    model.takeBlocksFrom(all, sharding == ZeroStage.PARAMETERS);
+                    ZeroHandover.copyUpdatesInto(model.gradientView(), split, all, sharding == ZeroStage.PARAMETERS);
+                } else {
+                    withWholeState(List.of(first), null, step::syncModel);
+                }
             }
 
             @Override
             public void syncReplicasIfChanged() {
-                withWholeState(all, null, step::syncReplicasIfChanged);
+                if (!blocksInThisProcess()) {
+                    withWholeState(all, null, step::syncReplicasIfChanged);
+                } else if (!model.holdsBlocks(all, sharding == ZeroStage.PARAMETERS)) {
+                    withWholeState(all, null, () -> all.forEach(model::giveTo)); // a listener changed the model
+                }
             }
         };
     }

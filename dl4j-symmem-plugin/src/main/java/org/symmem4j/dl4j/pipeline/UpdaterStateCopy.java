@@ -1,6 +1,8 @@
 package org.symmem4j.dl4j.pipeline;
 
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.zip.CRC32;
 import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -121,6 +123,41 @@ final class UpdaterStateCopy {
             }
         }
         return true;
+    }
+
+    /**
+     * Where state section {@code section} (Adam: 0 the first moments, 1 the second) of parameters {@code [from, to)}
+     * lies in {@code updater}'s flat state view: {@code {stateOffset, paramStart, length}} runs in parameter order, one
+     * per updater block the range crosses. For copies from a state laid out by another network's blocks (a pipeline
+     * stage's block of sharded state, {@code ZeroHandover}), which know their runs by parameter.
+     *
+     * @throws IllegalStateException when a block the range crosses keeps no such section (the layouts differ)
+     */
+    static List<long[]> sectionRuns(Updater updater, long from, long to, int section) {
+        List<long[]> runs = new ArrayList<>();
+        for (UpdaterBlock block : blocks(updater).getUpdaterBlocks()) {
+            long a = Math.max(from, block.getParamOffsetStart());
+            long b = Math.min(to, block.getParamOffsetEnd());
+            if (a >= b) {
+                continue;
+            }
+            if (section >= sections(block)) {
+                throw new IllegalStateException("parameters [" + a + ", " + b + ") keep " + sections(block)
+                        + " updater values per parameter in the target, expected more than " + section + ": their"
+                        + " updater configurations differ (fix: build the target from the same configuration as the"
+                        + " stage networks, same updater per layer)");
+            }
+            long n = block.getParamOffsetEnd() - block.getParamOffsetStart();
+            runs.add(new long[] {block.getUpdaterViewOffsetStart() + section * n + (a - block.getParamOffsetStart()), a,
+                    b - a});
+        }
+        return runs;
+    }
+
+    /** {@code updater}'s flat state view (DL4J's multi-layer or graph updater), or null when it keeps none. */
+    static INDArray stateView(Updater updater) {
+        BaseMultiLayerUpdater<?> base = blocks(updater);
+        return base == null || base.getStateViewArray() == null ? null : flat(base.getStateViewArray());
     }
 
     /**

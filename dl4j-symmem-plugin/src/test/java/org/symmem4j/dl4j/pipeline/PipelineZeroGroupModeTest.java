@@ -58,7 +58,10 @@ class PipelineZeroGroupModeTest {
                 Arguments.of(ZeroStage.PARAMETERS, PipelineSchedule.GPIPE, new Nesterovs(0.05, 0.9), 0.0));
     }
 
-    /** Two fits (the model changed between them), close(), then copyParametersTo a fresh copy of {@code base}. */
+    /**
+     * Three fits (the model changed between the first two, unchanged before the third), close(), then copyParametersTo
+     * a fresh copy of {@code base}.
+     */
     static Run run(MultiLayerNetwork base, PipelineParallelTrainerBuilder builder, MultiLayerNetwork model,
                    List<DataSet> data) {
         List<Double> losses = new ArrayList<>();
@@ -69,7 +72,10 @@ class PipelineZeroGroupModeTest {
             trainer.fit(new BatchListIterator(data.subList(0, 2)));
             // the model changed between fits: every rank's stages take it (sharded: each replica its block)
             model.params().muli(0.75);
-            trainer.fit(new BatchListIterator(data.subList(2, data.size())));
+            trainer.fit(new BatchListIterator(data.subList(2, 3)));
+            // a fit on an unchanged model: with sharding each rank compares its blocks and the group agrees on one
+            // number, nothing gathered (StageReplicas.unchangedOnEveryRank)
+            trainer.fit(new BatchListIterator(data.subList(3, data.size())));
             bytesHeld = trainer.modelBytesHeld();
             List<Dl4jPipelineStage> stages = trainer.replicaStages(0);
             for (Dl4jPipelineStage s : stages) {

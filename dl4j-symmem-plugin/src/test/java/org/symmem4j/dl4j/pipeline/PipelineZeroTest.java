@@ -149,6 +149,40 @@ class PipelineZeroTest {
         assertTrue(!PipelineNets.bitwiseEqual(whole.params(), half.params()), "half a batch took the same step");
     }
 
+    /**
+     * Thread mode's hand-overs read the replicas' blocks where they lie ({@link ZeroHandover}, no stage given DL4J's whole
+     * updater): after a fit the blocks hold the model bitwise; an element of the model's state or parameters that
+     * replica 1 owns (the last: its block of the last stage), changed, is seen; the copy writes it back.
+     */
+    @ParameterizedTest
+    @org.junit.jupiter.params.provider.EnumSource(ZeroStage.class)
+    void theModelsHandOversReadEveryReplicasBlockWhereItLies(ZeroStage stage) {
+        MultiLayerNetwork model = PipelineNets.mlp(new Adam(0.01), 1e-3, DataType.DOUBLE, WIDTHS);
+        List<DataSet> data = PipelineNets.batches(5, 1, BATCH, WIDTHS[0], WIDTHS[WIDTHS.length - 1], DataType.DOUBLE);
+        boolean parameters = stage == ZeroStage.PARAMETERS;
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(model).ranks(2).dataParallel(2)
+                .microbatches(2).schedule(PipelineSchedule.ONE_F_ONE_B).sharding(stage).build()) {
+            List<List<Dl4jPipelineStage>> all = List.of(trainer.replicaStages(0, 0), trainer.replicaStages(1, 0));
+            assertTrue(!ZeroHandover.applies(all), "before the first step no stage holds a block");
+            trainer.fit(data.getFirst());
+            assertTrue(ZeroHandover.applies(all), "after it every stage does");
+            PipelineStageSplit split = trainer.split();
+            assertTrue(ZeroHandover.holds(model.params(), model.getUpdater(), split, all, parameters),
+                    "the blocks hold the model after fit");
+            for (INDArray changed : List.of(model.getUpdater().getStateViewArray(), model.params())) {
+                INDArray flat = changed.reshape(changed.length());
+                long last = flat.length() - 1;
+                double kept = flat.getDouble(last);
+                flat.putScalar(last, kept + 1);
+                assertTrue(!ZeroHandover.holds(model.params(), model.getUpdater(), split, all, parameters),
+                        "a changed element of replica 1's block");
+                ZeroHandover.copyInto(model.params(), model.getUpdater(), split, all, parameters);
+                assertEquals(kept, flat.getDouble(last), "the copy wrote replica 1's element back");
+                assertTrue(ZeroHandover.holds(model.params(), model.getUpdater(), split, all, parameters));
+            }
+        }
+    }
+
     @Test
     void refusesWhatItDoesNotBuildAtBuild() {
         MultiLayerNetwork net = PipelineNets.mlp(new Sgd(0.1), 0.0, DataType.DOUBLE, WIDTHS);
