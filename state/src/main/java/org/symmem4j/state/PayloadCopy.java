@@ -20,7 +20,9 @@ import org.symmem4j.parallel.layout.RingBufferLayout;
  *       holds, after zeroing the next record's header word, as Agrona's {@code claimCapacity} does, see
  *       {@code SymmetricRingBuffer.reserve}; a many-to-one producer's in-progress mark is that store), so the fetch of
  *       the line the consumer holds starts before the copy, overlapping it; then the payload from its first byte up,
- *       one bulk copy above {@link #SHORT_COPY_BYTES};</li>
+ *       one bulk copy ({@code MemorySegment.copy}) whatever its length: at 64 B one-to-one on 32 cores the round trip
+ *       went from +10.3 % over Agrona's {@code write} with eight 8-byte stores to +5.7 % (two runs on two machines,
+ *       {@code bench/results/2026-11-30-ring-offer-bulk-32core.md});</li>
  *   <li><b>header line last</b> ({@code -Dsymmem4j.ring.headerLineFirst=false}): the payload from its last bytes down,
  *       the header's line last, next to the commit, so that the spinning reader cannot take the line back between two
  *       stores to it; above {@link #SHORT_COPY_BYTES} two bulk copies (the bytes past the header's line, then the rest).
@@ -68,10 +70,10 @@ final class PayloadCopy {
     /**
      * Copies {@code length} bytes of {@code src} from {@code offset} to {@code at} in the data ring.
      *
-     * <p>One of 8 to {@link #SHORT_COPY_BYTES} bytes from a byte array (an {@code offer(int, byte[])}, a segment of
-     * {@code MemorySegment.ofArray}) takes at most 8 loads from the array, then 8 stores by address, from the lowest
-     * address up ({@code headerLineFirst}) or from the highest down, the last words overlapping the first where the
-     * length is not a multiple of 32, 16 or 8:
+     * <p>Header line first (the default): one {@link #copyBulk bulk copy}. Header line last: one of 8 to
+     * {@link #SHORT_COPY_BYTES} bytes from a byte array (an {@code offer(int, byte[])}, a segment of
+     * {@code MemorySegment.ofArray}) takes at most 8 loads from the array, then 8 stores by address from the highest
+     * address down, the last words overlapping the first where the length is not a multiple of 32, 16 or 8:
      * {@code MemorySegment.copy}'s general path compiles to about 1.5-3 KB and would keep {@code offer} above the size
      * up to which the JIT inlines a compiled method into its caller's loop ({@code InlineSmallCode}, 2,500 bytes).
      * Anything else takes {@link #copyBulk}. The source's bounds were checked before the claim; the array loads check
@@ -87,7 +89,12 @@ final class PayloadCopy {
      */
     static void copy(MemorySegment src, long offset, long ringAddress, MemorySegment data, int at, int length,
                      boolean headerLineFirst) {
-        if (length > SHORT_COPY_BYTES | length < Long.BYTES | ringAddress < 0
+        // header line first (the default): one bulk copy whatever the length, as a claim's writer does with
+        // MemorySegment.copy; measured at 64 B one-to-one on 32 cores, a claim written that way made the round trip
+        // 0.493 us where offer's straight-line stores below made it 0.612 us
+        // (bench/results/2026-11-30-ring-claim-order-32core.md): a few wide stores leave the spinning consumer fewer
+        // chances to take the header's line back between two of them than eight 8-byte stores do
+        if (headerLineFirst | length > SHORT_COPY_BYTES | length < Long.BYTES | ringAddress < 0
                 || !(src.heapBase().orElse(null) instanceof byte[] array)) {
             copyBulk(src, offset, ringAddress, data, at, length, headerLineFirst);
             return;
@@ -95,7 +102,7 @@ final class PayloadCopy {
         int from = (int) (src.address() + offset); // a heap segment's address: its offset in the array
         int last = length - Long.BYTES;
         // every load before the first store (no load waits behind a store to an address it may alias), then the
-        // stores: the payload's first words share the header's line, stored first or last (see the class comment)
+        // stores from the highest address down: the payload's first words share the header's line, stored last
         long a0 = (long) BYTES_AS_LONGS.get(array, from);
         long z0 = (long) BYTES_AS_LONGS.get(array, from + last);
         if (length > 2 * Long.BYTES) {
@@ -106,17 +113,6 @@ final class PayloadCopy {
                 long a3 = (long) BYTES_AS_LONGS.get(array, from + 24);
                 long z2 = (long) BYTES_AS_LONGS.get(array, from + last - 16);
                 long z3 = (long) BYTES_AS_LONGS.get(array, from + last - 24);
-                if (headerLineFirst) {
-                    RingBufferLayout.putPayloadLongAt(ringAddress, at, a0);
-                    RingBufferLayout.putPayloadLongAt(ringAddress, at + 8, a1);
-                    RingBufferLayout.putPayloadLongAt(ringAddress, at + 16, a2);
-                    RingBufferLayout.putPayloadLongAt(ringAddress, at + 24, a3);
-                    RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 24, z3);
-                    RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 16, z2);
-                    RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 8, z1);
-                    RingBufferLayout.putPayloadLongAt(ringAddress, at + last, z0);
-                    return;
-                }
                 RingBufferLayout.putPayloadLongAt(ringAddress, at + last, z0);
                 RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 8, z1);
                 RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 16, z2);
@@ -127,22 +123,10 @@ final class PayloadCopy {
                 RingBufferLayout.putPayloadLongAt(ringAddress, at, a0);
                 return;
             }
-            if (headerLineFirst) {
-                RingBufferLayout.putPayloadLongAt(ringAddress, at, a0);
-                RingBufferLayout.putPayloadLongAt(ringAddress, at + 8, a1);
-                RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 8, z1);
-                RingBufferLayout.putPayloadLongAt(ringAddress, at + last, z0);
-                return;
-            }
             RingBufferLayout.putPayloadLongAt(ringAddress, at + last, z0);
             RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 8, z1);
             RingBufferLayout.putPayloadLongAt(ringAddress, at + 8, a1);
             RingBufferLayout.putPayloadLongAt(ringAddress, at, a0);
-            return;
-        }
-        if (headerLineFirst) {
-            RingBufferLayout.putPayloadLongAt(ringAddress, at, a0);
-            RingBufferLayout.putPayloadLongAt(ringAddress, at + last, z0);
             return;
         }
         RingBufferLayout.putPayloadLongAt(ringAddress, at + last, z0);
