@@ -76,6 +76,17 @@ class NodeRendezvousTest {
         return CompletableFuture.supplyAsync(() -> m.join(g, lastCall), pool);
     }
 
+    /** Node 0's launcher ("host") and launcher "a", each through generation 0's round (a host of 2 nodes). */
+    private NodeRendezvous.Member[] hostAndAJoined() throws Exception {
+        NodeRendezvous.Member h = member("host");
+        NodeRendezvous.Member a = member("a");
+        var fh = join(h, 0, LONG);
+        var fa = join(a, 0, LONG);
+        fh.get(20, TimeUnit.SECONDS);
+        fa.get(20, TimeUnit.SECONDS);
+        return new NodeRendezvous.Member[] {h, a};
+    }
+
     /** Records what the host asked this "launcher" to stop for. */
     private static final class Stops implements NodeRendezvous.Stoppable {
         final LinkedBlockingQueue<String> seen = new LinkedBlockingQueue<>();
@@ -171,12 +182,9 @@ class NodeRendezvousTest {
     @Test
     void aFailedGenerationStopsTheOtherMachinesOnlyOnce() throws Exception {
         host(2, 2, LONG, LONG);
-        NodeRendezvous.Member h = member("host");
-        NodeRendezvous.Member a = member("a");
-        var fh = join(h, 0, LONG);
-        var fa = join(a, 0, LONG);
-        fh.get(20, TimeUnit.SECONDS);
-        fa.get(20, TimeUnit.SECONDS);
+        NodeRendezvous.Member[] joined = hostAndAJoined();
+        NodeRendezvous.Member h = joined[0];
+        NodeRendezvous.Member a = joined[1];
         Stops hs = new Stops();
         h.watch(0, hs);
         a.failed(0, "rank 3 (local rank 1, pid 7) exited with code 1");
@@ -218,12 +226,7 @@ class NodeRendezvousTest {
     @Test
     void theHostsEndIsNoFailureButItsVanishingIs() throws Exception {
         RendezvousHost host = host(2, 2, LONG, LONG);
-        NodeRendezvous.Member h = member("host");
-        NodeRendezvous.Member a = member("a");
-        var fh = join(h, 0, LONG);
-        var fa = join(a, 0, LONG);
-        fh.get(20, TimeUnit.SECONDS);
-        fa.get(20, TimeUnit.SECONDS);
+        NodeRendezvous.Member a = hostAndAJoined()[1];
         Stops as = new Stops();
         a.watch(0, as);
         host.close(); // node 0's launcher ends the job: END, then the connection closes
