@@ -159,8 +159,11 @@ public final class StageProfile {
         return new StageProfile(f, b, batch.size(0));
     }
 
-    /** A stage's output is valid until its next call: the next layer reads a copy, as from a link slot. */
-    private static MemorySegment copy(MemorySegment message) {
+    /**
+     * A stage's output is valid until its next call: the next layer reads a copy, as from a link slot (also
+     * {@link IndependentStages}'s stored inputs and gradients).
+     */
+    static MemorySegment copy(MemorySegment message) {
         long bytes = message.byteSize();
         MemorySegment copy = MemorySegment.ofArray(new long[Math.toIntExact((bytes + 7) / 8)]).asSlice(0, bytes);
         copy.copyFrom(message);
