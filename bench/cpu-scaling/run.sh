@@ -24,8 +24,10 @@
 # 0.4 s), small16 (mlp-small at 16 workers against ParallelWrapper), zero1 (mlp-medium at 16 workers,
 # plain and ZeRO stage 1), pipeline (the DL4J pipeline trainer, 1F1B and interleaved, against the single
 # model and against the machine's bound, P independent models on P cores, at 4 x 8 and 8 x 16 ranks x microbatches, a
-# core per rank, then the executor's idle time against the simulator: the pipeline-speed target of issues #12 and #35;
-# $OUT/pipeline.md and .csv, $OUT/pipeline-executor.txt, < 5 minutes), zero (the ZeRO
+# core per rank, and against the machine's bound for the schedule (each rank's stages alone on its core, ABAB with the
+# steps, simulated; PIPELINE_SCHEDULES picks the schedules besides 1F1B), then the executor's idle time against the
+# simulator: the pipeline-speed target of issues #12 and #35; $OUT/pipeline.md and .csv, $OUT/pipeline-executor.txt, the
+# table against the machine's bound on stdout, < 8 minutes), zero (the ZeRO
 # memory table of issue #31: plain / ZeRO-1 / 2 / 3 at 2, 4, 8, 16 workers, < 8 minutes;
 # $OUT/zero-memory.md), hsdp-threads and hsdp-processes (the same with hybrid sharding, MLP and CNN, ranks as
 # threads or as processes, one call each; $OUT/hsdp-*.md), serving (issue #34: the router with 8 worker threads, with 8
@@ -201,14 +203,32 @@ pipeline_bound() {
     >> "$log" 2>&1
 }
 
+# The pipeline step also measures the machine's bound for each schedule (PipelineBench --machine-bound, on by default:
+# after every timed step each rank's stages run alone and at once on the rank's CPU, fed into the simulator) and prints
+# the report's table against that bound and its bubble breakdown to stdout. PIPELINE_SCHEDULES: the schedules besides
+# 1F1B (default interleaved; e.g. zb-h1); PIPELINE_LIMIT: the bench's time limit in seconds (default 400: with the
+# bound's windows, 1F1B and one more schedule at 4 and 8 ranks, 2 repetitions, take about 5-6 minutes on 32 cores).
 pipeline() {
-  pipeline_bound interleaved pipeline 250
+  local name="pipeline${PIPELINE_AFFINITY:+-$PIPELINE_AFFINITY}"
+  pipeline_bound "${PIPELINE_SCHEDULES-interleaved}" pipeline "${PIPELINE_LIMIT:-400}"
+  echo "== $name.md: against the machine's bound for the schedule"
+  md_table "$out/$name.md" "^Against the machine.s bound"
+  echo "== $name.md: the bubble and where the idle time went"
+  md_table "$out/$name.md" "^Bubble: the median step"
+  echo "== $name.md: stages"
+  md_table "$out/$name.md" "^Stages: per stage" "^- "
   {
     OMP_NUM_THREADS=1 timeout 20 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 4 \
       --microbatches 8 --wait park
     OMP_NUM_THREADS=1 timeout 20 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 8 \
       --microbatches 16 --forward-us 1000 --backward-us 2000 --wait spin
   } > "$out/pipeline-executor.txt" 2>&1
+}
+
+# The first block of lines that match $3 (default: a markdown table's) after the paragraph that matches $2 in the report
+# $1: the summary printed to stdout.
+md_table() {
+  awk -v h="$2" -v l="${3:-^[|]}" '$0 ~ h {f=1; next} f && $0 ~ l {print; t=1; next} t {exit}' "$1" 2>/dev/null
 }
 
 # The split from stage times measured inside the pipeline against the split from layers timed alone (issue #35,

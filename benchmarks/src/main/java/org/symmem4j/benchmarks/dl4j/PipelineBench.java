@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
@@ -16,6 +17,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.benchmarks.RawCsv;
 import org.symmem4j.dl4j.pipeline.InPipelineProfile;
+import org.symmem4j.dl4j.pipeline.IndependentStages;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainerBuilder;
 import org.symmem4j.dl4j.pipeline.PipelineSchedule;
@@ -29,6 +31,7 @@ import org.symmem4j.pipeline.exec.TimelineBreakdown;
 import org.symmem4j.pipeline.exec.TimelineEvent;
 import org.symmem4j.pipeline.exec.TimelineReport;
 import org.symmem4j.pipeline.schedule.ActionDurations;
+import org.symmem4j.pipeline.schedule.MachineBound;
 import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.ScheduleGenerators;
@@ -128,6 +131,11 @@ public final class PipelineBench {
         @Option(names = "--rebalance-steps", paramLabel = "K", description = "measured steps of the profiling run that"
                 + " --splits pipeline takes its stage times from (after --warmup untimed steps; at most --steps)")
         int rebalanceSteps = 4;
+        @Option(names = "--machine-bound", negatable = true, defaultValue = "true", fallbackValue = "true",
+                description = "after every step of a configuration (ABAB), a window of the machine's bound for the"
+                        + " schedule: each rank's stages run alone and at once on the rank's CPU (IndependentStages), fed"
+                        + " into the simulator (MachineBound); --no-machine-bound leaves it out")
+        boolean machineBound = true;
         @Option(names = "--tensor-parallel", paramLabel = "T", description = "tensor-parallel ranks per pipeline rank:"
                 + " the hidden layers' pairs (0-1, 2-3, ...) become Megatron blocks split over T, P x T threads per"
                 + " configuration (default 1: none; with T > 1 only --splits params, and the bound and single model stay"
@@ -149,7 +157,7 @@ public final class PipelineBench {
     record Options(List<Integer> ranks, int microbatchesPerRank, int batchPerMicrobatch, int features, int hidden, int layers,
                    int steps, int warmup, int reps, int threads, int singleSteps, double boundSeconds,
                    List<PipelineSchedule> schedules, List<String> splits, Path out, Path raw, String commit,
-                   String command, String machine, int tensorParallel, int rebalanceSteps) {
+                   String command, String machine, int tensorParallel, int rebalanceSteps, boolean machineBound) {
 
         static Options parse(String[] args) {
             return Cli.parse(new Flags(), args, f -> build(f, args));
@@ -190,7 +198,8 @@ public final class PipelineBench {
                     Cli.positive("--reps", f.reps), Cli.positive("--threads", f.threads),
                     f.singleSteps == null ? f.steps : Cli.positive("--single-steps", f.singleSteps),
                     nonNegativeSeconds(f.boundSeconds), schedules, splits, f.out,
-                    f.raw, f.commit, command, machine, checkedTensorParallel(f, splits), checkedRebalanceSteps(f));
+                    f.raw, f.commit, command, machine, checkedTensorParallel(f, splits), checkedRebalanceSteps(f),
+                    f.machineBound && f.tensorParallel == 1);
         }
     }
 
@@ -263,7 +272,9 @@ public final class PipelineBench {
      */
     record Run(double examplesPerSecond, double medianBubble, double simulatedBubble, double medianStepMillis,
                String stages, TimelineBreakdown breakdown, double computeOverProfile, double medianSendMicros,
-               double medianPassMicros, String stageTimes, String rankBusy, String placement) {
+               double medianPassMicros, String stageTimes, String rankBusy, String placement,
+               MachineBoundSteps machineBound, String independentStageTimes, String passOverIndependent,
+               MachineBoundSteps.Excess excess) {
     }
 
     /**
@@ -277,7 +288,10 @@ public final class PipelineBench {
      * simulated search; {@code stage_ms}: per stage, measured forward + backward ms of the median step, "/" the
      * profile's, separated by ";"; {@code rank_busy_ms}: per rank, the median step's busy time (all its forward and
      * backward passes) in ms, separated by ";", then "/" the step's window; {@code placement}: where the rank threads ran
-     * over the timed steps, {@link ThreadPlacement#summary()}).
+     * over the timed steps, {@link ThreadPlacement#summary()}; the machine's bound for the schedule,
+     * {@link MachineBoundSteps}: its bubble, the measured bubble's points over it and the pipeline's speed over its
+     * speed, medians over the step/window pairs; {@code pass_over_independent}: per stage, the median step's forward +
+     * backward over the paired window's on the same core, separated by ";").
      * Bubbles and parts are fractions of the step (0..1); empty where a column does not apply.
      */
     static final List<String> CSV_COLUMNS = List.of("kind", "rep", "config", "ranks", "schedule", "stages_per_rank",
@@ -285,7 +299,8 @@ public final class PipelineBench {
             "median_bubble_fraction", "ideal_bubble_fraction", "simulated_bubble_fraction", "predicted_bubble_fraction",
             "median_step_ms", "receive_fraction", "send_fraction", "optimizer_fraction", "between_fraction",
             "before_fraction", "after_fraction", "compute_over_profile", "predicted_balanced_bubble_fraction", "stage_ms",
-            "rank_busy_ms", "placement");
+            "rank_busy_ms", "placement", "machine_bound_bubble_fraction", "over_machine_bound_points",
+            "machine_bound_examples_per_s", "speed_over_machine_bound", "pass_over_independent");
 
     /** Everything one run measured, by configuration and rank count, for the report. */
     record Results(List<Config> configs, List<List<Run>> runs, Map<Integer, List<Double>> single,
@@ -339,7 +354,8 @@ public final class PipelineBench {
                 log("rep %d/%d single model (batch %d): %.0f examples/s", rep, o.reps(), batch, rate);
                 if (raw != null) {
                     raw.row("single", rep, "single model", p, "", "", "", "", batch, o.threads(), "",
-                            RawCsv.num("%.1f", rate), "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "");
+                            RawCsv.num("%.1f", rate), "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "",
+                            "");
                 }
                 if (o.boundSeconds() > 0) {
                     IndependentReplicas.Result bound = IndependentReplicas.measure(p, i -> model.clone(), microbatchBatches,
@@ -350,7 +366,7 @@ public final class PipelineBench {
                     if (raw != null) {
                         raw.row("bound", rep, p + " independent models", p, "", "", "", 1, o.batchPerMicrobatch(),
                                 o.threads(), "", RawCsv.num("%.1f", bound.examplesPerSecond()), "", "", "", "", "", "", "",
-                                "", "", "", "", "", "", "", "", "");
+                                "", "", "", "", "", "", "", "", "", "", "", "", "", "");
                     }
                 }
             }
@@ -358,7 +374,8 @@ public final class PipelineBench {
             results.singleMicrobatch().add(small);
             if (raw != null) {
                 raw.row("single-microbatch", rep, "single model, one microbatch", "", "", "", "", 1, o.batchPerMicrobatch(),
-                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "");
+                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "",
+                        "", "", "", "");
             }
             log("rep %d/%d single model (batch %d, one microbatch): %.0f examples/s", rep, o.reps(), o.batchPerMicrobatch(),
                     small);
@@ -383,6 +400,7 @@ public final class PipelineBench {
                 results.runs().get(c).add(run);
                 if (raw != null) {
                     TimelineBreakdown b = run.breakdown();
+                    MachineBoundSteps m = run.machineBound();
                     raw.row("pipeline", rep, config.label(), config.ranks(), config.schedule().tag(), config.stagesPerRank(),
                             config.split(), microbatches, batch, o.threads(), run.stages(),
                             RawCsv.num("%.1f", run.examplesPerSecond()), RawCsv.num("%.4f", run.medianBubble()),
@@ -395,12 +413,19 @@ public final class PipelineBench {
                             RawCsv.num("%.4f", run.computeOverProfile()),
                             RawCsv.num("%.4f", predictedBalancedBubble(model, config, microbatches, results.profiles()[c],
                                     results.inPipeline()[c])),
-                            run.stageTimes().replace(", ", ";"), run.rankBusy(), run.placement());
+                            run.stageTimes().replace(", ", ";"), run.rankBusy(), run.placement(),
+                            m == null ? "" : RawCsv.num("%.4f", m.boundBubble()),
+                            m == null ? "" : RawCsv.num("%.2f", m.overBoundPoints()),
+                            m == null ? "" : RawCsv.num("%.1f", m.boundExamplesPerSecond()),
+                            m == null ? "" : RawCsv.num("%.4f", m.speedOverBound()), run.passOverIndependent());
                 }
                 log("rep %d/%d %-48s %8.0f examples/s  bubble %.1f%% (simulated %.1f%%; %s)  %s  stage ms %s  busy ms"
-                        + " per rank %s%n    rank threads: %s", rep, o.reps(), config.label(), run.examplesPerSecond(),
-                        100 * run.medianBubble(), 100 * run.simulatedBubble(), run.breakdown().idleText(), run.stages(),
-                        run.stageTimes(), run.rankBusy(), run.placement());
+                        + " per rank %s%n    rank threads: %s%n    machine's bound: %s", rep, o.reps(), config.label(),
+                        run.examplesPerSecond(), 100 * run.medianBubble(), 100 * run.simulatedBubble(),
+                        run.breakdown().idleText(), run.stages(), run.stageTimes(), run.rankBusy(), run.placement(),
+                        run.machineBound() == null ? "not measured" : run.machineBound() + ", independent stage ms "
+                                + run.independentStageTimes() + ", pipeline / independent " + run.passOverIndependent()
+                                + ", the median step's points over its bound: passes / hand-offs / rest " + run.excess());
             }
             // after every repetition: a run cut short by its time limit still leaves a report
             write(o, PipelineBenchReport.render(o, model, results, rep));
@@ -490,24 +515,38 @@ public final class PipelineBench {
         if (o.tensorParallel() > 1) {
             builder.tensorParallel(o.tensorParallel(), blockColumns(o.layers()));
         }
-        try (PipelineParallelTrainer trainer = builder.build()) {
+        try (PipelineParallelTrainer trainer = builder.build();
+             IndependentStages bound = o.machineBound() ? IndependentStages.start(trainer.split(), trainer.shape(),
+                     batches.getFirst(), config.schedule().splitsBackward(), o.threads(), Duration.ofMinutes(2)) : null) {
             for (int s = 0; s < o.warmup(); s++) {
                 trainer.fit(batches.get(s));
+            }
+            if (bound != null) {
+                bound.measure(); // the bound's threads' first window warms them up, as the untimed steps do the ranks
             }
             timing[0] = true;
             long examples = 0;
             ThreadPlacement placement = new ThreadPlacement("symmem4j-pipeline-");
-            long start = System.nanoTime();
+            int timedSteps = batches.size() - o.warmup();
+            long[] stepNanos = new long[timedSteps];
+            List<IndependentStages.Window> windows = new ArrayList<>();
             for (int s = o.warmup(); s < batches.size(); s++) {
+                long start = System.nanoTime();
                 trainer.fit(batches.get(s));
+                stepNanos[s - o.warmup()] = System.nanoTime() - start;
                 examples += batches.get(s).numExamples();
+                if (bound != null) {
+                    windows.add(bound.measure()); // ABAB: the machine's bound right after each timed step
+                }
             }
-            double rate = examples / ((System.nanoTime() - start) / 1e9);
+            double rate = examples / (java.util.Arrays.stream(stepNanos).sum() / 1e9);
             placement.close();
-            List<TimelineReport> reports = timed.stream().map(PipelineStepReport::timelineReport)
-                    .sorted((a, b) -> Long.compare(a.windowNanos(), b.windowNanos())).toList();
-            TimelineReport median = reports.get(reports.size() / 2);
-            double[] bubbles = reports.stream().mapToDouble(TimelineReport::bubbleFraction).sorted().toArray();
+            List<TimelineReport> inOrder = timed.stream().map(PipelineStepReport::timelineReport).toList();
+            List<Integer> byWindow = java.util.stream.IntStream.range(0, inOrder.size()).boxed()
+                    .sorted((a, b) -> Long.compare(inOrder.get(a).windowNanos(), inOrder.get(b).windowNanos())).toList();
+            int medianIndex = byWindow.get(byWindow.size() / 2);
+            TimelineReport median = inOrder.get(medianIndex);
+            double[] bubbles = inOrder.stream().mapToDouble(TimelineReport::bubbleFraction).sorted().toArray();
             SimulationResult.Completed simulated = median.simulatePerStage(trainer.schedule(), trainer.shape());
             double overProfile = Double.NaN;
             StageDurations measured = median.stageDurationsMicros(trainer.shape());
@@ -522,11 +561,30 @@ public final class PipelineBench {
                 }
                 overProfile = sumMeasured / sumAlone;
             }
+            MachineBoundSteps machine = null;
+            String independent = "";
+            String passRatio = "";
+            MachineBoundSteps.Excess excess = null;
+            if (bound != null) {
+                List<MachineBound> bounds = windows.stream().map(w -> MachineBound.of(trainer.schedule(), trainer.shape(),
+                        w.micros(), w.optimizerMicros())).toList();
+                machine = MachineBoundSteps.of(inOrder.stream().mapToDouble(TimelineReport::bubbleFraction).toArray(),
+                        stepNanos, bounds, batches.getLast().numExamples());
+                IndependentStages.Window pair = windows.get(medianIndex);
+                independent = stageTimes(pair.micros(), null) + "; optimizer µs per rank "
+                        + java.util.Arrays.toString(pair.optimizerMicros());
+                passRatio = MachineBoundSteps.passRatio(measured, pair.micros());
+                // the median step's excess over its window's bound, split by the simulator
+                double free = MachineBound.of(trainer.schedule(), trainer.shape(), measured,
+                        new long[trainer.shape().ranks()]).bubbleFraction();
+                excess = MachineBoundSteps.Excess.of(median.bubbleFraction(), simulated.bubbleFraction(), free,
+                        bounds.get(medianIndex).bubbleFraction());
+            }
             return new Run(rate, bubbles[bubbles.length / 2], simulated.bubbleFraction(), median.windowNanos() / 1e6,
                     stages(trainer.split()), TimelineBreakdown.of(median), overProfile,
                     medianMicros(median, kind -> kind == TimelineEvent.Kind.SEND),
                     medianMicros(median, TimelineEvent.Kind::isCompute), stageTimes, rankBusy(median),
-                    placement.summary());
+                    placement.summary(), machine, independent, passRatio, excess);
         }
     }
 
