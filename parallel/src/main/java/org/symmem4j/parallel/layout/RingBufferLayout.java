@@ -494,6 +494,22 @@ public final class RingBufferLayout {
     }
 
     /**
+     * Copies a payload into a record at a ring's {@link #address}, forward, with plain stores published by the record's
+     * {@link #commitRecordAt} after it: one {@code MemorySegment.copy} into the all-of-memory segment, so that the JIT
+     * folds the destination's bounds, read-only and liveness checks (the source's stay) and the producer's {@code offer}
+     * keeps the copy in its own code, as a claim's writer does.
+     *
+     * @param src         the bytes
+     * @param srcOffset   where the payload starts in {@code src}
+     * @param ringAddress the ring's address
+     * @param dataOffset  byte offset of the payload in the data ring, inside a record this producer claimed
+     * @param length      payload bytes
+     */
+    public static void copyPayloadAt(MemorySegment src, long srcOffset, long ringAddress, long dataOffset, int length) {
+        MemorySegment.copy(src, srcOffset, EVERYTHING, ringAddress + DATA_OFFSET + dataOffset, length);
+    }
+
+    /**
      * The length field of a header word.
      *
      * @param header the header word
