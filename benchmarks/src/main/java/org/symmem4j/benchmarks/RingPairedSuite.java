@@ -334,7 +334,8 @@ public final class RingPairedSuite {
             double[] b = control.forkPercents();
             if (a.length != b.length) {
                 throw new IllegalArgumentException("change forks=" + a.length + " control forks=" + b.length
-                        + " expected as many (one control fork per fork of the change)");
+                        + " expected as many, one control fork per fork of the change (fix: a fork of one side failed;"
+                        + " its error is in the JMH output, ring-paired.txt, above the summary)");
             }
             double[] d = new double[a.length];
             for (int i = 0; i < d.length; i++) {
