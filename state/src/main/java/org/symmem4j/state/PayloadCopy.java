@@ -52,7 +52,9 @@ final class PayloadCopy {
      * measured 0.493 us against offer's 0.612 us at 64 B one-to-one on 32 cores
      * ({@code bench/results/2026-11-30-ring-claim-order-32core.md}). The default; {@code -Dsymmem4j.ring.inlineCopy=false}
      * (the control) keeps the call of {@link #copy} that offer made until then. Only with {@link #HEADER_LINE_FIRST}:
-     * the header-line-last order always takes {@link #copy}.
+     * the header-line-last order always takes {@link #copy}. The copy in its code makes offer's C2 code ~3.3 KB instead
+     * of ~1.9 KB, over {@code InlineSmallCode}: a caller compiled after offer calls it (the control calls the copy
+     * instead); {@code bench/results/2026-11-30-ring-offer-inline-copy.md}.
      */
     static final boolean INLINE_COPY = flag("symmem4j.ring.inlineCopy", System.getProperty("symmem4j.ring.inlineCopy"),
             "-Dsymmem4j.ring.inlineCopy=false for offer's call of PayloadCopy.copy (the control)") && HEADER_LINE_FIRST;

@@ -498,9 +498,8 @@ public final class RingBufferLayout {
      * {@link #commitRecordAt} after it: one {@code MemorySegment.copy} into the all-of-memory segment, so that the JIT
      * folds the destination's bounds, read-only and liveness checks (the source's stay), in its element form (byte to
      * byte, whose layout checks fold too), which goes straight to the JDK's copy stub whatever the length, as Agrona's
-     * {@code putBytes} does: the plain form copies payloads under 64 bytes in a loop of its own (8-, 4-, 2- and 1-byte
-     * steps, after an overlap test), about 1.5 KB of compiled code more, which would keep the producer's {@code offer}
-     * above the size up to which the JIT inlines a compiled method into its caller's loop ({@code InlineSmallCode}).
+     * {@code putBytes} does; the plain form copies payloads under 64 bytes in a loop of its own (8-, 4-, 2- and 1-byte
+     * steps, after an overlap test): more compiled code in the producer's {@code offer}, which holds this copy.
      *
      * @param src         the bytes
      * @param srcOffset   where the payload starts in {@code src}
