@@ -53,7 +53,11 @@
 #           cell ~35 s: the defaults (8 cells) ~5 min (RINGPAIRED_LIMIT 420 s); 4 KiB holds 25 % only
 #           (RINGPAIRED_FILLS=25). RINGPAIRED_RTT=1 pairs the round trip's p50 and p99 instead (RingBenchmark.roundTrip in
 #           paired mode, one run per kind and size, no fill level, so any RINGPAIRED_FILLS; target: ours lower), e.g.
-#           RINGPAIRED_RTT=1 RINGPAIRED_SIZES=64,4096: 8 runs, ~5 min
+#           RINGPAIRED_RTT=1 RINGPAIRED_SIZES=64,4096: 8 runs, ~5 min. RINGPAIRED_CONTROL=-Dsymmem4j.ring.X=old measures a
+#           change of ours against its control in the same run: each fork of the default is paired with a fork under
+#           that property (fork and peer), ABBA over the fork pairs, so a cell takes twice the forks; the summary adds the
+#           control's rows and the change's effect with a t interval over the fork pairs. The step's summary is printed
+#           to stdout too (a call whose result folder does not come back still shows it)
 #   chronicle-p99 MapLatencySuite (MapBenchmark in sample-time mode): get and put latency p50/p90/p99/p99.9 at 2
 #           processes on one map, symmem4j's SymmetricHashMap against Chronicle Map persisted to /dev/shm, in one run,
 #           with the forks' p99 range; table in map-latency-summary.md. P99_FORKS (3), P99_WI (2), P99_I (3),
@@ -184,11 +188,11 @@ ring_paired() {
     org.symmem4j.benchmarks.RingPairedSuite --out "$out" --forks "${RINGPAIRED_FORKS:-3}" --pairs "${RINGPAIRED_PAIRS:-30}" \
     --block-ms "${RINGPAIRED_BLOCK_MS:-100}" --warmup-blocks "${RINGPAIRED_WB:-30}" --sizes "${RINGPAIRED_SIZES:-64}" \
     --fills "${RINGPAIRED_FILLS:-25,75}" ${RINGPAIRED_KINDS:+--kinds "$RINGPAIRED_KINDS"} ${RINGPAIRED_RTT:+--round-trip} \
-    > ring-paired.txt 2>&1
+    ${RINGPAIRED_CONTROL:+--control "$RINGPAIRED_CONTROL"} > ring-paired.txt 2>&1
   local code=$?
   echo "== ring-paired: exit=$code at ${SECONDS}s" | tee -a summary.txt
-  # the report of the cells finished (rewritten after each: a run cut by the limit keeps them)
-  if [ -f ring-paired-summary.md ]; then cat ring-paired-summary.md >> summary.txt; fi
+  # the report of the cells finished (rewritten after each: a run cut by the limit keeps them), on stdout too
+  if [ -f ring-paired-summary.md ]; then tee -a summary.txt < ring-paired-summary.md; fi
   grep -h '^ring-fill ' bench-peer.log 2>/dev/null | sort | uniq -c | sort -rn | head -8 >> summary.txt
   [ $code -eq 0 ] || grep -E 'Exception|Error|Result "' ring-paired.txt | tail -20 >> summary.txt
   return $code

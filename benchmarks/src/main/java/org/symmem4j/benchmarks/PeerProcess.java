@@ -54,11 +54,12 @@ final class PeerProcess {
         String java = ProcessHandle.current().info().command().orElse("java");
         List<String> command = new ArrayList<>(List.of(java));
         command.addAll(JVM_FLAGS);
-        // the fork's own module openings (a benchmark of a library that needs them, e.g. Agrona, Chronicle Map)
+        // the fork's own module openings (a benchmark of a library that needs them, e.g. Agrona, Chronicle Map), and the
+        // ring's switches (-Dsymmem4j.ring.*: a control run, RingPairedSuite --control, sets both processes' rings)
         ManagementFactory.getRuntimeMXBean().getInputArguments().stream()
                 .filter(a -> a.startsWith("--add-opens") || a.startsWith("--add-exports")
                         || a.startsWith("--sun-misc-unsafe-memory-access") || a.startsWith("-Dchronicle.")
-                        || a.startsWith("-Dsymmem4j.bench."))
+                        || a.startsWith("-Dsymmem4j.bench.") || a.startsWith("-Dsymmem4j.ring."))
                 .forEach(command::add);
         command.addAll(List.of("-cp", System.getProperty("java.class.path"), BenchPeer.class.getName()));
         command.addAll(List.of(peerArgs));

@@ -35,8 +35,15 @@ import picocli.CommandLine.Option;
  *
  * <pre>
  *   RingPairedSuite [--out DIR] [--forks 3] [--pairs 30] [--block-ms 100] [--warmup-blocks 20] [--sizes 64]
- *                   [--fills 25,75] [--kinds SYMMEM_MANY_TO_ONE,...] [--round-trip]
+ *                   [--fills 25,75] [--kinds SYMMEM_MANY_TO_ONE,...] [--round-trip] [--control -Dname=value]
  * </pre>
+ *
+ * {@code --control -Dsymmem4j.ring.X=old} measures a change of ours against its control in the same run: every fork of
+ * the default (the change) is paired with a fork of its own under that system property (the fork's JVM and its peer's),
+ * the two run back to back, in ABBA order over the fork pairs. Each side's forks are paired against Agrona block by
+ * block as always; the report adds the control's rows and the change's effect: per fork pair, the default's paired
+ * difference against Agrona less the control's, with a 95 % t interval over the fork pairs ({@link Effect}). Agrona's
+ * ring, in both forks of a pair, cancels what the machine does between them.
  *
  * {@code --round-trip} pairs the round trip instead ({@link RingBenchmark#roundTrip} in paired mode: one message
  * and its echo; each block's p50 and p99 from JMH's samples, each paired with the next block's), where the target is
@@ -79,6 +86,11 @@ public final class RingPairedSuite {
                 + " (RingBenchmark.roundTrip in paired mode: one message and its echo, no fill level) instead of the"
                 + " throughput at a held level")
         boolean roundTrip;
+        @Option(names = "--control", paramLabel = "-Dname=value", description = "a system property that selects the"
+                + " old path of a change of ours (e.g. -Dsymmem4j.ring.inlineCopy=false): each fork of the default is"
+                + " paired with a fork of its own under it (ABBA over the fork pairs, the peer too); the report adds the"
+                + " control's rows and the change's effect with a 95 %% t interval over the fork pairs")
+        String control;
     }
 
     /**
@@ -86,7 +98,21 @@ public final class RingPairedSuite {
      * block's p50 or p99.
      */
     record Cell(RingPair.Kind ours, RingPair.Kind agrona, int bytes, int fill, int percentile,
-                FlightRecorderCostBench.Paired paired, double[] oursForkMeans, double[] agronaForkMeans) {
+                FlightRecorderCostBench.Paired paired, double[] oursForkMeans, double[] agronaForkMeans, String control) {
+
+        /** {@return each fork's paired difference against Agrona, in % of Agrona's mean in that fork} */
+        double[] forkPercents() {
+            double[] d = new double[oursForkMeans.length];
+            for (int i = 0; i < d.length; i++) {
+                d[i] = 100 * paired.forkDiffs()[i] / agronaForkMeans[i];
+            }
+            return d;
+        }
+
+        /** {@return ours as the report names it: "symmem4j offer", with the control's setting where it ran under one} */
+        String oursName() {
+            return ours.maker() + (control == null ? "" : " [" + control + "]");
+        }
 
         /** {@return whether the values are round-trip percentiles (fill 0), where lower is better} */
         boolean roundTrip() {
@@ -122,7 +148,8 @@ public final class RingPairedSuite {
         for (int fill : f.roundTrip ? new int[] {0} : f.fills) {
             for (int bytes : f.sizes) {
                 for (RingPair.Kind ours : f.kinds) {
-                    cells.addAll(runCell(f, ours, bytes, fill));
+                    cells.addAll(f.control == null ? runCell(f, ours, bytes, fill, null, f.forks, "")
+                            : runWithControl(f, ours, bytes, fill));
                     Files.writeString(f.out.resolve("ring-paired-summary.md"), report(f, cells));
                 }
             }
@@ -147,6 +174,10 @@ public final class RingPairedSuite {
         for (RingPair.Kind k : flags.kinds) {
             counterpart(k);
         }
+        if (flags.control != null && !flags.control.matches("-Dsymmem4j\\.[A-Za-z0-9_.]+=\\S+")) {
+            throw new IllegalArgumentException("--control=" + flags.control + " expected one system property of"
+                    + " symmem4j's, -Dsymmem4j.NAME=VALUE (fix: e.g. --control -Dsymmem4j.ring.inlineCopy=false)");
+        }
         RingFillBenchmark.checkSizesAndFills(flags.sizes, flags.roundTrip ? new int[0] : flags.fills);
         return flags;
     }
@@ -155,7 +186,58 @@ public final class RingPairedSuite {
      * One JMH run: the cell of the throughput at level {@code fill}, or with fill 0 the round trip's cells, one per
      * {@link #ROUND_TRIP_PERCENTILES percentile} of each block's samples.
      */
-    private static List<Cell> runCell(Flags f, RingPair.Kind ours, int bytes, int fill) throws RunnerException {
+    private static List<Cell> runCell(Flags f, RingPair.Kind ours, int bytes, int fill, String control, int forkCount,
+                                      String tag) throws RunnerException {
+        List<List<double[]>> forks = runForks(f, ours, bytes, fill, control, forkCount, tag);
+        int[] percentiles = fill == 0 ? ROUND_TRIP_PERCENTILES : new int[] {0};
+        List<Cell> cells = new ArrayList<>();
+        for (int i = 0; i < percentiles.length; i++) {
+            cells.add(cell(ours, counterpart(ours), bytes, fill, percentiles[i], forks.get(i), control));
+        }
+        return cells;
+    }
+
+    /**
+     * The default and the control ({@link Flags#control}), fork by fork: fork pair {@code p} runs the default first when
+     * {@code p} is even, the control first when odd (ABBA), each one JMH run of one fork; then the cells of each side
+     * (the control's after the default's, in the same order).
+     */
+    private static List<Cell> runWithControl(Flags f, RingPair.Kind ours, int bytes, int fill) throws RunnerException {
+        int[] percentiles = fill == 0 ? ROUND_TRIP_PERCENTILES : new int[] {0};
+        List<List<double[]>> change = new ArrayList<>();
+        List<List<double[]>> control = new ArrayList<>();
+        for (int ignored : percentiles) {
+            change.add(new ArrayList<>());
+            control.add(new ArrayList<>());
+        }
+        for (int p = 0; p < f.forks; p++) {
+            for (int side = 0; side < 2; side++) {
+                boolean controlNow = (side == 0) == (p % 2 == 1);
+                List<List<double[]>> into = controlNow ? control : change;
+                List<List<double[]>> got = runForks(f, ours, bytes, fill, controlNow ? f.control : null, 1,
+                        (controlNow ? "-control" : "-change") + "-pair" + p);
+                for (int i = 0; i < percentiles.length; i++) {
+                    into.get(i).addAll(got.get(i));
+                }
+            }
+        }
+        List<Cell> cells = new ArrayList<>();
+        for (int i = 0; i < percentiles.length; i++) {
+            cells.add(cell(ours, counterpart(ours), bytes, fill, percentiles[i], change.get(i), null));
+        }
+        for (int i = 0; i < percentiles.length; i++) {
+            cells.add(cell(ours, counterpart(ours), bytes, fill, percentiles[i], control.get(i), f.control));
+        }
+        return cells;
+    }
+
+    /**
+     * One JMH run of {@code forkCount} forks, under {@code control} (a system property prepended to the forks' JVM
+     * arguments, which {@link PeerProcess} hands on to the peer) or none: per percentile (one for throughput), each
+     * fork's measured blocks in order.
+     */
+    private static List<List<double[]>> runForks(Flags f, RingPair.Kind ours, int bytes, int fill, String control,
+                                                 int forkCount, String tag) throws RunnerException {
         RingPair.Kind agrona = counterpart(ours);
         boolean rtt = fill == 0;
         OptionsBuilder builder = new OptionsBuilder();
@@ -164,16 +246,20 @@ public final class RingPairedSuite {
                 .param("kind", ours.name())
                 .param("against", agrona.name())
                 .param("messageBytes", Integer.toString(bytes))
-                .forks(f.forks)
+                .forks(forkCount)
                 .warmupIterations(f.warmupBlocks)
                 .warmupTime(TimeValue.milliseconds(f.blockMs))
                 .measurementIterations(2 * f.pairs)
                 .measurementTime(TimeValue.milliseconds(f.blockMs))
                 .resultFormat(ResultFormatType.JSON)
                 .result(f.out.resolve("ring-paired-" + ours.name().toLowerCase(Locale.ROOT) + "-" + bytes + "-"
-                        + (rtt ? "rtt" : Integer.toString(fill)) + ".json").toString());
+                        + (rtt ? "rtt" : Integer.toString(fill)) + tag + ".json").toString());
         if (!rtt) {
             builder.param("fillPercent", Integer.toString(fill));
+        }
+        if (control != null) {
+            // prepended: the benchmark's own appended arguments stay, and so do the host JVM's, which JMH hands on
+            builder.jvmArgsPrepend(control);
         }
         Options options = builder.build();
         int[] percentiles = rtt ? ROUND_TRIP_PERCENTILES : new int[] {0};
@@ -193,11 +279,7 @@ public final class RingPairedSuite {
                 }
             }
         }
-        List<Cell> cells = new ArrayList<>();
-        for (int i = 0; i < percentiles.length; i++) {
-            cells.add(cell(ours, agrona, bytes, fill, percentiles[i], forks.get(i)));
-        }
-        return cells;
+        return forks;
     }
 
     /**
@@ -205,12 +287,15 @@ public final class RingPairedSuite {
      * {@link FlightRecorderPairedBenchmark#recorderOn recorderOn(k)} ("on" in the paired statistic), Agrona's otherwise.
      */
     static Cell cell(RingPair.Kind ours, RingPair.Kind agrona, int bytes, int fill, List<double[]> forks) {
-        return cell(ours, agrona, bytes, fill, fill == 0 ? 50 : 0, forks);
+        return cell(ours, agrona, bytes, fill, fill == 0 ? 50 : 0, forks, null);
     }
 
-    /** As {@link #cell(RingPair.Kind, RingPair.Kind, int, int, List)}, for a round trip's {@code percentile}. */
+    /**
+     * As {@link #cell(RingPair.Kind, RingPair.Kind, int, int, List)}, for a round trip's {@code percentile}, from forks
+     * run under {@code control} (null: the default).
+     */
     static Cell cell(RingPair.Kind ours, RingPair.Kind agrona, int bytes, int fill, int percentile,
-                     List<double[]> forks) {
+                     List<double[]> forks, String control) {
         double[] oursMeans = new double[forks.size()];
         double[] agronaMeans = new double[forks.size()];
         for (int i = 0; i < forks.size(); i++) {
@@ -228,7 +313,67 @@ public final class RingPairedSuite {
             agronaMeans[i] = a / (s.length / 2.0);
         }
         return new Cell(ours, agrona, bytes, fill, percentile, FlightRecorderCostBench.Paired.of(forks), oursMeans,
-                agronaMeans);
+                agronaMeans, control);
+    }
+
+    /**
+     * A change against its control ({@link Flags#control}) in one cell: per fork pair, the default's paired difference
+     * against Agrona (in % of Agrona's mean in its fork) less the control's. Agrona's ring runs in both forks of a pair,
+     * so a machine that drifts between the two forks moves both sides' Agrona alike and cancels.
+     *
+     * @param change   the default's cell
+     * @param control  the control's cell, from as many forks, fork {@code i} run next to the change's fork {@code i}
+     * @param effects  per fork pair, the change's Δ % less the control's (percentage points)
+     * @param mean     their mean
+     * @param halfWidth the 95 % t half-width over the fork pairs (NaN for one pair)
+     */
+    record Effect(Cell change, Cell control, double[] effects, double mean, double halfWidth) {
+
+        static Effect of(Cell change, Cell control) {
+            double[] a = change.forkPercents();
+            double[] b = control.forkPercents();
+            if (a.length != b.length) {
+                throw new IllegalArgumentException("change forks=" + a.length + " control forks=" + b.length
+                        + " expected as many, one control fork per fork of the change (fix: a fork of one side failed;"
+                        + " its error is in the JMH output, ring-paired.txt, above the summary)");
+            }
+            double[] d = new double[a.length];
+            for (int i = 0; i < d.length; i++) {
+                d[i] = a[i] - b[i];
+            }
+            return new Effect(change, control, d, FlightRecorderCostBench.mean(d), FlightRecorderCostBench.halfWidth(d));
+        }
+
+        /** Lower or higher (round trip), faster or slower (throughput), only when the interval is on one side of 0. */
+        String verdict() {
+            if (Double.isNaN(halfWidth)) {
+                return "undecided (one fork pair)";
+            }
+            boolean lower = mean + halfWidth < 0;
+            boolean higher = mean - halfWidth > 0;
+            if (!lower && !higher) {
+                return "undecided (the interval spans 0)";
+            }
+            return change.roundTrip() ? (lower ? "the change lowers it" : "the change raises it")
+                    : (higher ? "the change is faster" : "the change is slower");
+        }
+    }
+
+    /** The effects of the cells run with a control: each default cell with the control's cell of the same measure. */
+    static List<Effect> effects(List<Cell> cells) {
+        List<Effect> effects = new ArrayList<>();
+        for (Cell c : cells) {
+            if (c.control() != null) {
+                continue;
+            }
+            for (Cell k : cells) {
+                if (k.control() != null && k.ours() == c.ours() && k.bytes() == c.bytes() && k.fill() == c.fill()
+                        && k.percentile() == c.percentile()) {
+                    effects.add(Effect.of(c, k));
+                }
+            }
+        }
+        return effects;
     }
 
     /**
@@ -264,7 +409,7 @@ public final class RingPairedSuite {
             md.append(String.format(Locale.ROOT, "| %s | %s | %d | %s | %s | %s | %s | %.3f | %+.2f (%+.2f … %+.2f) |"
                             + " %+.2f … %+.2f | %s |%n", c.ours().oneToOne() ? "one-to-one" : "many-to-one",
                     c.roundTrip() ? "round trip p" + c.percentile() : Integer.toString(c.fill()), c.bytes(),
-                    c.ours().maker(),
+                    c.oursName(),
                     c.agrona().maker(), value(c, p.onMean()), value(c, p.offMean()), p.onMean() / p.offMean(),
                     p.percent(), p.percentLow(), p.percentHigh(), p.bootPercentLow(), p.bootPercentHigh(),
                     verdict(p, c.roundTrip())));
@@ -276,7 +421,7 @@ public final class RingPairedSuite {
             }
             details.append(String.format(Locale.ROOT, "- %s, %s, %d B, %s against %s: %d pairs; forks (ours /"
                             + " Agrona, paired Δ): %s; lag-1 autocorrelation of the differences %+.2f%n",
-                    c.ours().oneToOne() ? "one-to-one" : "many-to-one", c.what(), c.bytes(), c.ours().maker(), c.agrona().maker(), p.pairs(), forks,
+                    c.ours().oneToOne() ? "one-to-one" : "many-to-one", c.what(), c.bytes(), c.oursName(), c.agrona().maker(), p.pairs(), forks,
                     p.lag1()));
         }
         md.append("\nBoth blocks of a pair ran in the same JVMs on the same cores, one block apart")
@@ -286,6 +431,27 @@ public final class RingPairedSuite {
                 .append(" resamples). Both assume independent pairs (a lag-1 autocorrelation far from 0 says they are"
                         + " not). A verdict needs both intervals on one side of 0.\n\n");
         md.append(details);
+        List<Effect> effects = effects(cells);
+        if (!effects.isEmpty()) {
+            md.append(String.format(Locale.ROOT, "%n### The change against its control (%s), fork pair by fork pair%n%n"
+                    + "| family | measure | bytes | ours | Δ vs Agrona, change | Δ vs Agrona, control | effect"
+                    + " (points), 95 %% t over fork pairs | verdict | per fork pair |%n"
+                    + "|---|---|---:|---|---:|---:|---:|---|---|%n", f.control));
+            for (Effect e : effects) {
+                Cell c = e.change();
+                StringBuilder per = new StringBuilder();
+                for (double d : e.effects()) {
+                    per.append(per.isEmpty() ? "" : ", ").append(String.format(Locale.ROOT, "%+.2f", d));
+                }
+                md.append(String.format(Locale.ROOT, "| %s | %s | %d | %s | %+.2f %% | %+.2f %% | %+.2f (%+.2f … %+.2f)"
+                                + " | %s | %s |%n", c.ours().oneToOne() ? "one-to-one" : "many-to-one", c.what(),
+                        c.bytes(), c.ours().maker(), c.paired().percent(), e.control().paired().percent(), e.mean(),
+                        e.mean() - e.halfWidth(), e.mean() + e.halfWidth(), e.verdict(), per));
+            }
+            md.append("\nThe effect is, per fork pair, the change's paired difference against Agrona less the control's"
+                    + " (each in % of Agrona's mean in its own fork); the two forks of a pair ran back to back (ABBA"
+                    + " over the pairs). Negative lowers a round trip; positive raises throughput.\n");
+        }
         return md.toString();
     }
 

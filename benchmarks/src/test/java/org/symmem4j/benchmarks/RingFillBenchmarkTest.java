@@ -150,7 +150,7 @@ class RingFillBenchmarkTest {
         assertEquals("ours higher (measured)", RingPairedSuite.verdict(rtt.paired(), true));
         // a round trip's p99 is a cell of its own, a row of its own in the report
         RingPairedSuite.Cell p99 = RingPairedSuite.cell(RingPair.Kind.SYMMEM_MANY_TO_ONE,
-                RingPair.Kind.AGRONA_MANY_TO_ONE, 64, 0, 99, java.util.List.of(fork));
+                RingPair.Kind.AGRONA_MANY_TO_ONE, 64, 0, 99, java.util.List.of(fork), null);
         RingPairedSuite.Flags flags = new RingPairedSuite.Flags();
         flags.roundTrip = true;
         String md = RingPairedSuite.report(flags, java.util.List.of(rtt, p99));
@@ -164,5 +164,64 @@ class RingFillBenchmarkTest {
         RingPairedSuite.Cell same = RingPairedSuite.cell(RingPair.Kind.SYMMEM_MANY_TO_ONE,
                 RingPair.Kind.AGRONA_MANY_TO_ONE, 64, 25, java.util.List.of(level));
         assertEquals("undecided (an interval spans 0)", RingPairedSuite.verdict(same.paired(), false));
+    }
+
+    /**
+     * --control: per fork pair, the change's paired Δ against Agrona less the control's. The machine's level differs
+     * from fork to fork (and between the two forks of a pair); in every fork ours is 5 % above Agrona's with the change
+     * and 10 % above with the control: the effect is -5 points in every pair, whatever the levels, and a round trip
+     * calls that lower. Effects of both signs are undecided; a control that is not one symmem4j property is refused.
+     */
+    @Test
+    void theControlForksGiveTheChangesEffectFromAgronaInBoth() {
+        java.util.List<double[]> change = new java.util.ArrayList<>();
+        java.util.List<double[]> control = new java.util.ArrayList<>();
+        for (int pair = 0; pair < 4; pair++) {
+            change.add(roundTrips(0.50 + 0.04 * pair, 1.05));
+            control.add(roundTrips(0.55 - 0.03 * pair, 1.10));
+        }
+        RingPairedSuite.Cell a = RingPairedSuite.cell(RingPair.Kind.SYMMEM_ONE_TO_ONE, RingPair.Kind.AGRONA_ONE_TO_ONE,
+                64, 0, 50, change, null);
+        RingPairedSuite.Cell b = RingPairedSuite.cell(RingPair.Kind.SYMMEM_ONE_TO_ONE, RingPair.Kind.AGRONA_ONE_TO_ONE,
+                64, 0, 50, control, "-Dsymmem4j.ring.inlineCopy=false");
+        java.util.List<RingPairedSuite.Effect> effects = RingPairedSuite.effects(java.util.List.of(a, b));
+        assertEquals(1, effects.size());
+        RingPairedSuite.Effect e = effects.get(0);
+        assertEquals(-5.0, e.mean(), 1e-9);
+        for (double d : e.effects()) {
+            assertEquals(-5.0, d, 1e-9);
+        }
+        assertEquals("the change lowers it", e.verdict());
+        RingPairedSuite.Flags flags = new RingPairedSuite.Flags();
+        flags.roundTrip = true;
+        flags.control = "-Dsymmem4j.ring.inlineCopy=false";
+        String md = RingPairedSuite.report(flags, java.util.List.of(a, b));
+        assertTrue(md.contains("### The change against its control (-Dsymmem4j.ring.inlineCopy=false)")
+                && md.contains("| +5.00 % | +10.00 % | -5.00 (-5.00 … -5.00) | the change lowers it |")
+                && md.contains("symmem4j offer [-Dsymmem4j.ring.inlineCopy=false]"), md);
+        // one pair better, one worse: no verdict
+        RingPairedSuite.Cell worse = RingPairedSuite.cell(RingPair.Kind.SYMMEM_ONE_TO_ONE,
+                RingPair.Kind.AGRONA_ONE_TO_ONE, 64, 0, 50, java.util.List.of(roundTrips(0.5, 1.05),
+                        roundTrips(0.5, 1.10)), null);
+        RingPairedSuite.Cell mixed = RingPairedSuite.cell(RingPair.Kind.SYMMEM_ONE_TO_ONE,
+                RingPair.Kind.AGRONA_ONE_TO_ONE, 64, 0, 50, java.util.List.of(roundTrips(0.5, 1.10),
+                        roundTrips(0.5, 1.05)), "-Dsymmem4j.ring.inlineCopy=false");
+        assertEquals("undecided (the interval spans 0)", RingPairedSuite.Effect.of(worse, mixed).verdict());
+        RingPairedSuite.Flags bad = new RingPairedSuite.Flags();
+        bad.control = "symmem4j.ring.inlineCopy=false";
+        var refused = assertThrows(IllegalArgumentException.class, () -> RingPairedSuite.check(bad));
+        assertTrue(refused.getMessage().contains("fix: e.g. --control -Dsymmem4j.ring.inlineCopy=false"),
+                refused.getMessage());
+        bad.control = "-Dsymmem4j.ring.inlineCopy=false";
+        assertEquals(bad, RingPairedSuite.check(bad));
+    }
+
+    /** 20 pairs of blocks in ABBA order: Agrona's p50 {@code level} µs, ours {@code ratio} times it. */
+    private static double[] roundTrips(double level, double ratio) {
+        double[] fork = new double[40];
+        for (int k = 0; k < fork.length; k++) {
+            fork[k] = FlightRecorderPairedBenchmark.recorderOn(k) ? level * ratio : level;
+        }
+        return fork;
     }
 }

@@ -45,6 +45,19 @@ final class PayloadCopy {
      * ({@code -Dsymmem4j.ring.headerLineFirst=false}); see the class comment.
      */
     static final boolean HEADER_LINE_FIRST = headerLineFirst(System.getProperty("symmem4j.ring.headerLineFirst"));
+    /**
+     * Whether {@link SymmetricRingBuffer#offer} copies the payload of a ring with an address in its own code, by address
+     * ({@link RingBufferLayout#copyPayloadAt}: one {@code MemorySegment.copy} into the all-of-memory segment, whose
+     * destination checks the JIT folds), with the header line first: the shape of a claim written by its caller, which
+     * measured 0.493 us against offer's 0.612 us at 64 B one-to-one on 32 cores
+     * ({@code bench/results/2026-11-30-ring-claim-order-32core.md}). The default; {@code -Dsymmem4j.ring.inlineCopy=false}
+     * (the control) keeps the call of {@link #copy} that offer made until then. Only with {@link #HEADER_LINE_FIRST}:
+     * the header-line-last order always takes {@link #copy}. The copy in its code makes offer's C2 code ~3.3 KB instead
+     * of ~1.9 KB, over {@code InlineSmallCode}: a caller compiled after offer calls it (the control calls the copy
+     * instead); {@code bench/results/2026-11-30-ring-offer-inline-copy.md}.
+     */
+    static final boolean INLINE_COPY = flag("symmem4j.ring.inlineCopy", System.getProperty("symmem4j.ring.inlineCopy"),
+            "-Dsymmem4j.ring.inlineCopy=false for offer's call of PayloadCopy.copy (the control)") && HEADER_LINE_FIRST;
 
     private PayloadCopy() {
     }
@@ -57,14 +70,28 @@ final class PayloadCopy {
      * @return whether the header line goes first
      */
     static boolean headerLineFirst(String value) {
+        return flag("symmem4j.ring.headerLineFirst", value,
+                "-Dsymmem4j.ring.headerLineFirst=false for the header-line-last order");
+    }
+
+    /**
+     * Reads a switch of the copy, true unless set: anything but true or false is refused, so that a misspelt control
+     * run does not measure the default while claiming the other path.
+     *
+     * @param name    the property's name
+     * @param value   its value, or null
+     * @param control the setting that selects the other path, for the message
+     * @return the switch
+     */
+    static boolean flag(String name, String value, String control) {
         if (value == null || value.isBlank() || value.trim().equalsIgnoreCase("true")) {
             return true;
         }
         if (value.trim().equalsIgnoreCase("false")) {
             return false;
         }
-        throw new IllegalArgumentException("symmem4j.ring.headerLineFirst=" + value + " expected true or false (fix:"
-                + " pass -Dsymmem4j.ring.headerLineFirst=false for the header-line-last order, or leave it unset)");
+        throw new IllegalArgumentException(name + "=" + value + " expected true or false (fix: pass " + control
+                + ", or leave it unset)");
     }
 
     /**
