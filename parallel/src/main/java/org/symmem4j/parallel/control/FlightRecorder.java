@@ -484,8 +484,8 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         // plain stores (one thread), no helper call between (LONG says why); shapeOf's value, computed here
         LONG.set(m, at + BEGUN_BYTE, CoarseClock.millis());
         LONG.set(m, at + ENDED_BYTE, 0L);
-        LONG.set(m, at + SHAPE_FAILED_BYTE, shape & SHAPE_MASK
-                | (operation == name0 ? 0L : nameBits(operation, (int) (s & mask))));
+        LONG.set(m, at + SHAPE_FAILED_BYTE, shape & SHAPE_MASK | (operation == name0 ? 0L
+                : operation == name1 ? 1L << NAME_SHIFT : nameBits(operation, (int) (s & mask)))); // 2 names inline
     }
 
     /** {@return own-line: the segment whose entries take this rank's own descriptor lines ({@link #ownLineOffset})} */
