@@ -281,8 +281,8 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     public String placement() {
         if (OFF_HEAP) {
             return "recorder " + (OWN_LINE ? "own-line" : "off-heap") + " at "
-                    + FlightRecorderLayout.describe(storage.address()) + ", counters at +"
-                    + FlightRecorderLayout.LAST_SEQ_OFFSET + ", entries at +" + FlightRecorderLayout.ENTRIES_OFFSET + " ("
+                    + FlightRecorderLayout.describe(storage.address()) + (OWN_LINE ? ", no counters" : ", counters at +"
+                    + FlightRecorderLayout.LAST_SEQ_OFFSET) + ", entries at +" + FlightRecorderLayout.ENTRIES_OFFSET + " ("
                     + STRIDE * Long.BYTES + " bytes each)";
         }
         return "recorder on the heap (" + (RUNS ? "runs" : PADDED ? "padded" : COMPACT ? "compact" : "entries")
