@@ -31,6 +31,14 @@
 #   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --algorithms ONE_SHOT --forks 3 --pairs 150 --warmups 50 \
 #     --arrivals in-shadow,in-shadow+runs,in-shadow+none,in-shadow+runs+none --ops-forks 1
 #
+# The own-line entries (storage=own-line, the default since 2026-11-30: the rank's own descriptor line written into the
+# recorder's entry instead of its own pad) against the copying off-heap entries (+copy), one-shot on 2 ranks, with each
+# fork's JIT verdicts on the recorder's calls and helpers (bench/results/2026-11-30-recorder-cost-own-line.md):
+#   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --algorithms ONE_SHOT --forks 8 --pairs 150 --warmups 50 \
+#     --arrivals in-shadow,in-shadow+copy --ops-forks 1 --jit-log
+#   then `bench/shared-state/jit-forks.py .` (the forks write jit-pid*.log into the working directory, the checkout) and
+#   remove the jit-pid*.log files
+#
 # CPUS pins rank r to the r-th CPU listed (one per rank of the largest --ranks; fewer: nothing is pinned).
 # Needs at least 4 idle cores (every rank spins on a core of its own). On a lent machine (no Java there) use the
 # shared-state pack instead: bench/shared-state/pack.sh, then the device tool with

@@ -116,7 +116,9 @@ public final class FlightRecorderCostBench {
                 + " the publish and the wait, the product's default); either with +padded: the recorder's writes kept"
                 + " 128 bytes from every other heap object (-Dsymmem4j.flight.recorder.padded=true); or with +compact: 32-byte"
                 + " entries (-Dsymmem4j.flight.recorder.compact=true); +heap: the recorder in a heap array instead of its"
-                + " page-aligned off-heap segment (-Dsymmem4j.flight.recorder.storage=heap); or with +runs: runs of equal collectives, nothing written at arrival"
+                + " page-aligned off-heap segment (-Dsymmem4j.flight.recorder.storage=heap); +copy: the off-heap entries"
+                + " that copy the descriptor while the rank also writes its own pad line, the default before 2026-11-30"
+                + " (-Dsymmem4j.flight.recorder.storage=off-heap; the default is own-line); or with +runs: runs of equal collectives, nothing written at arrival"
                 + " (-Dsymmem4j.flight.recorder.runs=true); +arrival: only the entry's write (-Dsymmem4j.flight.recorder.probe"
                 + "=arrival), +none: none of the recorder's calls, the A/A control (probe=none); +spinN: the waits poll N"
                 + " times without a pause first (-Dsymmem4j.wait.spinfirst=N, off and on alike); and @E: a ring of E"
@@ -135,11 +137,19 @@ public final class FlightRecorderCostBench {
         Cli.positive("--block-ms", flags.blockMs);
         Cli.positive("--ops-forks", flags.opsForks);
         Cli.positive("--entries", flags.entries);
-        boolean anyCompact = false;
-        boolean anyRuns = false;
+        // the recorder-calls benchmark runs once per layout of the cells: the default, and each other one named
+        java.util.Set<String> layouts = new java.util.LinkedHashSet<>();
         for (String arrival : flags.arrivals) {
-            anyCompact |= FlightRecorderPairedBenchmark.Cell.parse(arrival, flags.entries).compact();
-            anyRuns |= FlightRecorderPairedBenchmark.Cell.parse(arrival, flags.entries).runs();
+            FlightRecorderPairedBenchmark.Cell c = FlightRecorderPairedBenchmark.Cell.parse(arrival, flags.entries);
+            if (c.compact()) {
+                layouts.add(FlightRecorderPairedBenchmark.COMPACT_PROPERTY + "=true");
+            }
+            if (c.runs()) {
+                layouts.add(FlightRecorderPairedBenchmark.RUNS_PROPERTY + "=true");
+            }
+            if (!c.storage().equals(FlightRecorderPairedBenchmark.STORAGE_DEFAULT) && !c.padded()) {
+                layouts.add(FlightRecorderPairedBenchmark.STORAGE_PROPERTY + "=" + c.storage());
+            }
         }
         if (flags.warmups < 0 || flags.bytes < 4 || flags.bytes % 4 != 0) {
             throw new IllegalArgumentException("--warmups=" + flags.warmups + " --bytes=" + flags.bytes + ": expected"
@@ -161,13 +171,10 @@ public final class FlightRecorderCostBench {
         }
         double[] plain = ops(flags, null);
         String report = report(flags, plain[0], plain[1], rows);
-        for (String layout : new String[] {anyCompact ? FlightRecorderPairedBenchmark.COMPACT_PROPERTY : null,
-            anyRuns ? FlightRecorderPairedBenchmark.RUNS_PROPERTY : null}) {
-            if (layout != null) {
-                double[] other = ops(flags, layout);
-                report += String.format(Locale.ROOT, "- with -D%s=true: recordOneCollective %.2f ns/op,"
-                        + " baseline %.2f ns/op: %.2f ns per collective%n", layout, other[1], other[0], other[1] - other[0]);
-            }
+        for (String layout : layouts) {
+            double[] other = ops(flags, layout);
+            report += String.format(Locale.ROOT, "- with -D%s: recordOneCollective %.2f ns/op,"
+                    + " baseline %.2f ns/op: %.2f ns per collective%n", layout, other[1], other[0], other[1] - other[0]);
         }
         System.out.println(report);
         write(flags, report);
@@ -177,7 +184,8 @@ public final class FlightRecorderCostBench {
      * {@return FlightRecorderOpsBenchmark's baseline and recordOneCollective, ns/op, in one layout}
      *
      * @param flags  the run's flags
-     * @param layout the boolean property that selects the layout, or null for the default one
+     * @param layout the property=value that selects the layout (e.g. symmem4j.flight.recorder.compact=true), or null for
+     *               the default one
      */
     private static double[] ops(Flags flags, String layout) throws RunnerException {
         Options ops = new OptionsBuilder()
@@ -186,7 +194,7 @@ public final class FlightRecorderCostBench {
                 .forks(flags.opsForks)
                 .jvmArgsAppend("--enable-native-access=ALL-UNNAMED", // replaces the annotation's list
                         "-D" + FlightRecorderPairedBenchmark.RUNS_PROPERTY + "=false", // the entry layout unless runs
-                        layout == null ? "-D" + FlightRecorderPairedBenchmark.COMPACT_PROPERTY + "=false" : "-D" + layout + "=true")
+                        "-D" + (layout == null ? FlightRecorderPairedBenchmark.COMPACT_PROPERTY + "=false" : layout))
                 .build();
         double[] scores = {Double.NaN, Double.NaN};
         for (RunResult r : new Runner(ops).run()) {

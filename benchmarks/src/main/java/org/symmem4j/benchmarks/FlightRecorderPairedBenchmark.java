@@ -91,6 +91,14 @@ public class FlightRecorderPairedBenchmark {
      */
     static final String HEAP_SUFFIX = "+heap";
     /**
+     * A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.storage=off-heap} to its forks: the entries copy the
+     * descriptor while the rank writes its own pad line too (the default before 2026-11-30), against the own-line
+     * default ({@link #STORAGE_DEFAULT}), whose entry is that line, in the same run.
+     */
+    static final String COPY_SUFFIX = "+copy";
+    /** {@link Configuration#FLIGHT_RECORDER_STORAGE}'s default, which a cell without {@code +heap} or {@code +copy} runs. */
+    static final String STORAGE_DEFAULT = "own-line";
+    /**
      * The property naming a file each fork appends one line to after its set-up: every rank's {@link
      * FlightRecording#placement} (the recorder's storage, the signal pads and the data regions, with their page and
      * line offsets), so that {@code FlightRecorderCostBench} can print each fork's placement next to its mean.
@@ -155,12 +163,13 @@ public class FlightRecorderPairedBenchmark {
     static final java.util.List<String> ARRIVALS = java.util.List.of("after-wait", "in-shadow");
 
     /**
-     * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact|+runs][+arrival|+none][+spinN][+cold|+shareN][@ENTRIES]}.
+     * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact|+runs][+heap|+copy][+arrival|+none][+spinN][+cold|+shareN][@ENTRIES]}.
      *
      * @param where     {@code after-wait} or {@code in-shadow}
      * @param padded    {@link Configuration#FLIGHT_RECORDER_PADDED}
      * @param compact   {@link Configuration#FLIGHT_RECORDER_COMPACT}
-     * @param heap      {@link Configuration#FLIGHT_RECORDER_STORAGE} {@code heap} (with {@code +heap} or {@code +padded})
+     * @param storage   {@link Configuration#FLIGHT_RECORDER_STORAGE}: {@code heap} with {@code +heap} or {@code
+     *                  +padded}, {@code off-heap} with {@code +copy}, else {@code own-line}
      * @param runs      {@link Configuration#FLIGHT_RECORDER_RUNS}: nothing written at arrival, runs of equal collectives
      * @param probe     {@link Configuration#FLIGHT_RECORDER_PROBE}: {@code all}, {@code arrival} or {@code none}
      * @param spinFirst {@link Configuration#WAIT_SPIN_FIRST}
@@ -168,7 +177,7 @@ public class FlightRecorderPairedBenchmark {
      * @param prewarm   all-reduces of the pre-warm ({@link #prewarm}): {@link #PREWARM_DEFAULT}, 0 with {@code +cold}
      * @param every     the pre-warm has the recorder on in one period of every this many: 2, or N with {@code +shareN}
      */
-    record Cell(String where, boolean padded, boolean compact, boolean heap, boolean runs, String probe, int spinFirst,
+    record Cell(String where, boolean padded, boolean compact, String storage, boolean runs, String probe, int spinFirst,
                 int entries, int prewarm, int every) {
 
         /**
@@ -191,6 +200,7 @@ public class FlightRecorderPairedBenchmark {
             boolean padded = false;
             boolean compact = false;
             boolean heap = false;
+            boolean copy = false;
             boolean runs = false;
             String probe = "all";
             int spinFirst = 0;
@@ -210,6 +220,8 @@ public class FlightRecorderPairedBenchmark {
                     compact = true;
                 } else if (flag.equals(HEAP_SUFFIX)) {
                     heap = true;
+                } else if (flag.equals(COPY_SUFFIX)) {
+                    copy = true;
                 } else if (flag.equals(RUNS_SUFFIX)) {
                     runs = true;
                 } else if (flag.equals(COLD_SUFFIX)) {
@@ -233,16 +245,19 @@ public class FlightRecorderPairedBenchmark {
             if (heap && (padded || runs)) {
                 bad = "+heap with +padded or +runs (both keep the recorder on the heap already)";
             }
+            if (copy && (heap || padded || runs)) {
+                bad = "+copy with +heap, +padded or +runs (+copy is the off-heap storage)";
+            }
             if (!ARRIVALS.contains(where) || entries < 1 || spinFirst > 4096 || bad != null) {
-                throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE[+padded|+compact|+runs][+heap]"
+                throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE[+padded|+compact|+runs][+heap|+copy]"
                         + "[+arrival|+none][+spinN][+cold|+shareM][@ENTRIES] with WHERE one of " + ARRIVALS
                         + ", 0 <= N <= 4096, M >= 2 and"
                         + " ENTRIES >= 1, found where=" + where + " entries=" + (at >= 0 ? spec.substring(at + 1) : entries)
                         + (bad == null ? "" : ", " + bad)
                         + " (fix: e.g. --arrivals in-shadow,in-shadow+compact,in-shadow@256,in-shadow+arrival,in-shadow+none,"
-                        + "in-shadow+spin64,in-shadow+cold,in-shadow+heap,in-shadow+runs)");
+                        + "in-shadow+spin64,in-shadow+cold,in-shadow+heap,in-shadow+copy,in-shadow+runs)");
             }
-            return new Cell(where, padded, compact, heap || padded, runs, probe, spinFirst, entries, prewarm, every);
+            return new Cell(where, padded, compact, heap || padded ? "heap" : copy ? "off-heap" : STORAGE_DEFAULT, runs, probe, spinFirst, entries, prewarm, every);
         }
 
         /** {@return {@code text} as a whole number, or -1 when it is not one} */
@@ -264,7 +279,8 @@ public class FlightRecorderPairedBenchmark {
      *                Configuration#FLIGHT_RECORDER_ARRIVAL}), with {@link #PADDED_SUFFIX} for {@link
      *                Configuration#FLIGHT_RECORDER_PADDED} or {@link #COMPACT_SUFFIX} for {@link
      *                Configuration#FLIGHT_RECORDER_COMPACT}, {@link #HEAP_SUFFIX} for {@link
-     *                Configuration#FLIGHT_RECORDER_STORAGE} {@code heap}, {@link #RUNS_SUFFIX} for {@link
+     *                Configuration#FLIGHT_RECORDER_STORAGE} {@code heap}, {@link #COPY_SUFFIX} for {@code off-heap},
+     *                {@link #RUNS_SUFFIX} for {@link
      *                Configuration#FLIGHT_RECORDER_RUNS}, {@code +arrival} or {@code +none} for {@link
      *                Configuration#FLIGHT_RECORDER_PROBE}, {@code +spinN} for {@link Configuration#WAIT_SPIN_FIRST},
      *                {@link #COLD_SUFFIX} for no pre-warm, {@code +shareN} for a pre-warm with the recorder on in
@@ -289,7 +305,7 @@ public class FlightRecorderPairedBenchmark {
                 "--add-modules=jdk.incubator.vector", "-Xmx1g",
                 "-D" + ENTRIES_PROPERTY + "=" + c.entries(), "-D" + ARRIVAL_PROPERTY + "=" + c.where(),
                 "-D" + PADDED_PROPERTY + "=" + c.padded(), "-D" + COMPACT_PROPERTY + "=" + c.compact(),
-                "-D" + STORAGE_PROPERTY + "=" + (c.heap() ? "heap" : "off-heap"),
+                "-D" + STORAGE_PROPERTY + "=" + c.storage(),
                 "-D" + RUNS_PROPERTY + "=" + c.runs(),
                 "-D" + PROBE_PROPERTY + "=" + c.probe(), "-D" + SPIN_FIRST_PROPERTY + "=" + c.spinFirst(),
                 "-D" + PREWARM_PROPERTY + "=" + c.prewarm(), "-D" + PREWARM_EVERY_PROPERTY + "=" + c.every()));

@@ -46,17 +46,22 @@ class FlightRecorderCostBenchTest {
         assertTrue(heap.contains("-Dsymmem4j.flight.recorder.storage=heap"), heap.toString());
         assertTrue(heap.contains("-Dsymmem4j.flight.recorder.padded=false"), heap.toString());
         List<String> plain = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow"));
-        assertTrue(plain.contains("-Dsymmem4j.flight.recorder.storage=off-heap"), plain.toString());
+        assertTrue(plain.contains("-Dsymmem4j.flight.recorder.storage=own-line"), plain.toString());
+        // +copy: the off-heap entries that copy the descriptor (the default before own-line), in the same run
+        List<String> copy = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+copy"));
+        assertTrue(copy.contains("-Dsymmem4j.flight.recorder.storage=off-heap"), copy.toString());
         // padded is a heap layout: its forks say so
         List<String> padded = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+padded"));
         assertTrue(padded.contains("-Dsymmem4j.flight.recorder.storage=heap"), padded.toString());
         List<String> compact = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+compact+heap"));
         assertTrue(compact.contains("-Dsymmem4j.flight.recorder.storage=heap")
                 && compact.contains("-Dsymmem4j.flight.recorder.compact=true"), compact.toString());
-        for (String bad : new String[] {"in-shadow+heap+padded", "in-shadow+runs+heap", "in-shadow+heap+heap"}) {
+        for (String bad : new String[] {"in-shadow+heap+padded", "in-shadow+runs+heap", "in-shadow+heap+heap",
+            "in-shadow+copy+heap", "in-shadow+runs+copy"}) {
             IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                     () -> FlightRecorderPairedBenchmark.forkFlags(1024, bad), bad);
-            assertTrue(e.getMessage().contains("[+heap]") && e.getMessage().contains("in-shadow+heap"), e.getMessage());
+            assertTrue(e.getMessage().contains("[+heap|+copy]") && e.getMessage().contains("in-shadow+copy"),
+                    e.getMessage());
         }
     }
 

@@ -229,16 +229,21 @@ public final class Configuration {
      */
     public static final Setting<String> FLIGHT_RECORDER_STORAGE = Setting.property("symmem4j.flight.recorder.storage")
             .type("choice")
-            .accepts("`off-heap`, `heap`")
+            .accepts("`own-line`, `off-heap`, `heap`")
             .experimental()
             .describedAs("where each rank's flight recorder keeps its entries and its two per-collective counters:"
-                    + " `off-heap`, one segment per recorder allocated page-aligned, the counters on a line of their own"
+                    + " `own-line` (the default), one page-aligned segment per recorder whose 128-byte entries are the"
+                    + " descriptor line a rank publishes at its entry barrier: with the recorder on, the rank writes its"
+                    + " own line there instead of into its own signal pad, so the entry costs the begin stamp, the"
+                    + " name word and the state words, not a second copy of the arguments (2026-11-30, #36); `off-heap`,"
+                    + " one segment per recorder allocated page-aligned, the counters on a line of their own"
                     + " at page offset 3968 and the entries from the next page, so that nothing the recorder writes per"
                     + " collective shares a cache line or a 4 KiB alias with another rank's data, pads or objects, in"
                     + " every JVM alike; `heap`, a `long[]` wherever the collector puts it, next to other objects (the"
                     + " layout before 2026-11-30; to compare in `FlightRecorderCostBench --arrivals"
-                    + " in-shadow,in-shadow+heap`); `symmem4j.flight.recorder.padded=true` implies `heap`; read once per JVM")
-            .build("off-heap", "`off-heap`", choice("off-heap", "heap"));
+                    + " in-shadow,in-shadow+heap`; `off-heap` with `+copy`); `symmem4j.flight.recorder.padded=true` implies `heap`,"
+                    + " `compact=true` implies `off-heap` at most; read once per JVM")
+            .build("own-line", "`own-line`", choice("own-line", "off-heap", "heap"));
 
     /**
      * {@code symmem4j.flight.recorder.padded}: whether the flight recorder keeps what it writes per collective (its

@@ -1,6 +1,9 @@
 package org.symmem4j.parallel.control;
 
 import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.VarHandle;
 import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -40,15 +43,13 @@ import org.symmem4j.parallel.trace.CoarseClock;
  *  [6] ENDED          epoch ms when it returned or failed here, 0 while neither
  *  [7] SHAPE_FAILED   failed &lt;&lt; 32 | shape, shape = kind+1 | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 | algorithm+1 &lt;&lt; 24
  *                     (shape 0: failed before it arrived)
- *  what[slot]         the operation's name ("all-reduce", "cuda all-gather", "barrier"), stored only when it
- *                     differs from the slot's last one (a constant: usually the same, and no GC barrier then)
+ *  what[slot]         the operation's name (heap storage; the off-heap ones keep its index in SHAPE_FAILED)
  *  state, derived when read: FAILED if flagged; else COMPLETED if ENDED; else STARTED if the entry barrier
  *                     passed (startedSeq, one field); else SCHEDULED (arrived, waiting for the others)
  * </pre>
  *
- * <p>The layout above is the entry layout, the default ({@code symmem4j.flight.recorder.runs=false}); the runs setting
- * keeps runs of equal collectives instead and writes nothing at arrival (<b>Runs</b>, below). What follows up to there
- * is the account of the entry layout.
+ * <p>The layout above is the copying entry layout ({@code storage=off-heap} or {@code heap}); the default,
+ * {@code own-line}, holds the same words in a 128-byte entry ({@link #OWN_LINE}); runs: below.
  *
  * <p><b>Per collective, one write of its entry, in the entry barrier's shadow</b> (by default, {@link
  * Configuration#FLIGHT_RECORDER_ARRIVAL}; {@code after-wait}: {@link ControlPlane#arriveAndCheck} calls {@link #arrived}
@@ -60,90 +61,47 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * arguments). A rank that finds the group aborted throws before it publishes: {@link #failed} writes its entry
  * without arguments.
  *
- * <p>Why after the wait and not in its shadow (between this rank's publish and its wait, where the entry was written
- * before, on the argument that the peers' lines travel then anyway). Measured on 16 cores ({@code
- * FlightRecorderCostBench}, the recorder switched on and off between blocks on one communicator): in the shadow, the
- * 1 KiB one-shot all-reduce on 2 ranks cost 20–30 ns more than the recorder's own 5 ns, with a ring of 64 entries as
- * with 1,024, while the two-shot one met 1 % ({@code bench/results/2026-11-29-recorder-shadow-16core.md}). The account
- * of it: on x86 an instruction holds a reorder-buffer entry from issue to retirement and a store also a store-buffer
- * entry until it commits, both in program order (512 and 114 entries on a Golden Cove / Raptor Cove core). At a
- * one-shot entry barrier both already hold work that waits on the other core: the previous reduction's stores into the
- * caller's buffer (their data comes from the peer's staged lines), the staged 1 KiB and the descriptor line (lines the
- * peer still shares, to be invalidated first), then the wait's own bookkeeping, by a count of the path some 90–110
- * stores. Whatever is added there (the entry's 9 stores and their 20-odd other instructions) queues behind it, and
- * once either buffer is full nothing behind it issues: not the wait loop's loads, not the first reads of the peer's
- * data. An in-place two-shot all-reduce (as measured) stages nothing and reaches its entry barrier right after its
- * previous call's closing barrier, whose wait drained both: there the shadow is one. After the wait they have
- * drained; the entry's stores hit L1 and commit at once, overlapping the reads of the peer's staged data. This is an
- * account, not a measurement (the lent machines have no hardware counters), and the measurement refuted it: on 16
- * idle cores, one-shot 1 KiB on 2 ranks, after the wait cost +60 ns against +45 ns in the shadow, intervals apart
- * ({@code bench/results/2026-11-29-recorder-placement-16core.md}). So the default stays in the shadow ({@code
- * symmem4j.flight.recorder.arrival=in-shadow}); {@code after-wait} is kept so that one run measures both ({@code
- * FlightRecorderCostBench --arrivals after-wait,in-shadow}). Where the one-shot cost comes from is still not found.
+ * <p>Why in the shadow: measured on 16 idle cores, one-shot 1 KiB on 2 ranks, after the wait cost +60 ns against +45 ns
+ * in the shadow, intervals apart ({@code bench/results/2026-11-29-recorder-placement-16core.md}), which refuted the
+ * account (in-order reorder and store buffers full at a one-shot entry barrier) that had moved it after the wait;
+ * {@code after-wait} is kept so that one run measures both ({@code FlightRecorderCostBench --arrivals
+ * after-wait,in-shadow}). The history is in {@code docs/flight-recorder.md}.
  *
- * <p>One array of entries rather than one array per field: a collective touches one cache line of {@code ring} and
- * one array bounds check instead of eight arrays.
+ * <p><b>Own line (the default since 2026-11-30, {@link #OWN_LINE}).</b> The entry is 128 bytes, the rank's own
+ * descriptor line followed by the recorder's words, and with the recorder on the rank writes its own line there
+ * instead of into its own pad: the arguments are written once per collective as with the recorder off, and the
+ * recorder adds 5 stores (begin, end, name word at arrival; started; the end stamp) and no counter. The layout below
+ * ({@code storage=off-heap}) copies the descriptor into a 64-byte entry after the rank wrote it into its own pad too.
  *
- * <p><b>Storage: one page-aligned off-heap segment per recorder (the default, {@link
- * Configuration#FLIGHT_RECORDER_STORAGE}).</b> The entries, {@code lastSeq} and {@code startedSeq} live in a segment of
- * their own ({@link FlightRecorderLayout}: the counters at page offset 3968, the entries from the next page, 128 bytes of
- * zero after them), so that in every JVM alike what the recorder writes per collective lies at the same page and line
- * offsets and shares no line with another rank's pad, data or heap object. Each entry carries its operation's name as
- * an index (SHAPE_FAILED's bits 33-43, as compact does), compared by reference with four names kept in fields, so the
- * hot path reads no per-slot array and stores no reference (no GC card mark). The fields it reads ({@code mask}, the
- * storage, the names) sit between 128-byte pads in this object ({@link FlightRecorderFields}) and are not written per
- * collective; the storage is accessed by address through a constant segment of all memory ({@code
- * FlightRecorderLayout.getAt}), so no heap object but this one's padded fields is read (not the {@code MemorySegment}
- * object, not its arena's session). Why: on 32 idle cores the one-shot cost was bimodal per fork (+4 to +61 ns against 6.6 ns of calls) and
- * not explained by the JIT ({@code bench/results/2026-11-29-ring-recorder-prewarm-32core.md}); the heap array's and
- * object's placement, which differs per JVM and moves with every collection, was the remaining per-fork variable
- * ({@code bench/results/2026-11-30-recorder-placement.md}). {@code heap} keeps the array of before, for comparison in
- * one run.
+ * <p><b>Storage: one page-aligned off-heap segment per recorder ({@link Configuration#FLIGHT_RECORDER_STORAGE} {@code
+ * own-line} or {@code off-heap}).</b> The entries (and, copying, {@code lastSeq} and {@code startedSeq}) live in a
+ * segment of their own ({@link FlightRecorderLayout}), at the same page and line offsets in every JVM, sharing no line
+ * with another rank's pad, data or heap object. Each entry carries its operation's name as an index (SHAPE_FAILED's
+ * bits 33-43), compared by reference with four names kept in fields, so the hot path reads no per-slot array and
+ * stores no reference. The fields it reads ({@code mask}, the storage, the names) sit between 128-byte pads in this
+ * object ({@link FlightRecorderFields}) and are not written per collective ({@code
+ * bench/results/2026-11-30-recorder-placement.md}). {@code heap} keeps the array of before, for comparison in one run.
  *
  * <p><b>Padded (experimental, {@link Configuration#FLIGHT_RECORDER_PADDED}; a heap layout: it implies {@code
- * storage=heap}).</b> The one-shot cost on 2 ranks is
- * 20–40 ns more than these calls' own 4–5 ns, and a line this rank writes per collective that also holds an object a
- * peer rank reads or writes would cost a cache-line transfer per collective in one-shot's single synchronisation. With
- * the setting, nothing written per collective lies within 128 bytes (a line and its adjacent-line prefetch partner) of
- * another object: {@code ring} has 16 longs before its first entry and 16 after its last, the two counters
- * ({@code lastSeq}, {@code startedSeq}) live in the last line of the head padding instead of in this object (which
- * the hot path then only reads), and {@code what} has 32 references before and after its names. A local probe
- * (JOL, 2 ranks as the paired benchmark builds them) found the two ranks' rings adjacent after garbage
- * collections (rank 0's last entry in the line of rank 1's array header) and no other line shared between the
- * ranks' hot objects ({@code bench/results/2026-11-29-recorder-false-sharing-2core.md}). Off by default: the layout
- * is the one measured before until 16 idle cores say the padding pays.
+ * storage=heap}).</b> Nothing written per collective lies within 128 bytes of another heap object: {@code ring} has
+ * 16 longs before its first entry and 16 after its last, the two counters live in the last line of the head padding,
+ * and {@code what} has 32 references before and after its names (the false-sharing test of #36, {@code
+ * bench/results/2026-11-29-recorder-false-sharing-2core.md}; measured slower on 16 cores).
  *
- * <p><b>Compact (experimental, {@link Configuration#FLIGHT_RECORDER_COMPACT}).</b> The layout above walks 68 KiB per lap
- * of 1,024 entries (64-byte entries and 4-byte name references), more than a 48 KiB L1, so every collective's entry
- * is a line the core no longer holds and evicts another. With the setting an entry is 4 longs, {@code [0] SEQ, [1]
- * BEGUN, [2] ENDED, [3] SHAPE_FAILED}, the last word also holding the name's index into {@code names} (bits 33-43)
- * and the slot of its arguments in {@code args} (bits 44-63), a second ring appended to only when a collective's
- * arguments differ from its newest record: 32 KiB per lap, and what a dump holds is the same. It is the cache-footprint
- * test of #36, measured against the layout above in one run ({@code FlightRecorderCostBench --arrivals
- * in-shadow,in-shadow+compact,in-shadow@256}); padded wins when both are set.
+ * <p><b>Compact (experimental, {@link Configuration#FLIGHT_RECORDER_COMPACT}).</b> An entry is 4 longs, {@code [0] SEQ,
+ * [1] BEGUN, [2] ENDED, [3] SHAPE_FAILED}, the last word also holding the name's index (bits 33-43) and the slot of
+ * its arguments in {@code args} (bits 44-63), a ring appended to only when a collective's arguments differ from its
+ * newest record: the cache-footprint test of #36; padded wins when both are set.
  *
  * <p><b>Runs (experimental, off by default, {@link Configuration#FLIGHT_RECORDER_RUNS}): the arrival write removed,
- * not moved; measured slower.</b> On 32 idle cores (2026-11-29, one run) the runs cost +20.7 ns per 1 KiB one-shot
- * all-reduce on 2 ranks against the entry layout's +7.1 ns, though their own calls are 3.0 ns against 10.4 ns: what
- * they add after the barrier sits on the path the peer waits for.
- * The probes of 2026-11-29 put the whole one-shot cost in the entry written at arrival ({@code +arrival} cost what the
- * whole recorder did), and every placement of that write so far (in the shadow, after the wait, padded, compact) cost
- * 20-60 ns. With the setting nothing is written at arrival: while a rank waits at its entry barrier, what the entry
- * would say is already in memory, the descriptor it published into its own pad ({@link PadSynchronizer#arrive} writes
- * it there as into the peers'), and the paths that need it (a failure, a timeout message) copy it in from there
- * ({@link ControlPlane#failed}, SCHEDULED with its arguments, as before). The ring holds runs ({@link FlightRuns}):
- * after the barrier passed ({@link #started(OpDescriptorLayout.Descriptor, String)}) a collective with the same name
- * and arguments as the newest run, numbered right after it, costs one store (the run's last number) after loads of a
- * line this core wrote the collective before; the return one store (the run's newest completed number); the begin and
- * end stamps are stored only when the coarse clock's millisecond moved. A collective that differs opens a run (a
- * barrier between all-reduces does, so such a loop writes two runs per pair: the old cost, after the wait). The
- * dump expands the runs to the same per-collective records (FlightRecorderRunsTest compares them with this layout's),
- * except that a collective inside a run has no times of its own (null: between its run's first and last, which keep
- * theirs, as does the one in flight); each record of a longer run names it ({@code "run": {"firstSeq", "lastSeq"}}).
- * A failure splits the failed collective off its run. Made the default because the helpers' loaded 2-core VM did not
- * show it slower (it resolves nothing there: +0.4 % with an interval of ±35 %); not measured on 16 cores yet:
- * {@code FlightRecorderCostBench --arrivals in-shadow,in-shadow+runs,in-shadow+none,in-shadow+runs+none} decides
- * whether it stays (the benchmark's cells set the layout explicitly, {@code in-shadow} being the entry layout).
+ * not moved; measured slower</b> (32 idle cores, 2026-11-29: +20.7 ns per 1 KiB one-shot all-reduce on 2 ranks against
+ * the entry layout's +7.1 ns). Nothing is written at arrival: a waiting rank's arguments are the descriptor it
+ * published into its own pad, which the failure and message paths copy in ({@link ControlPlane#failed}). The ring
+ * holds runs ({@link FlightRuns}): after the barrier passed ({@link #started(OpDescriptorLayout.Descriptor, String)})
+ * a collective equal to the newest run and numbered right after it costs one store, the return one store, the stamps
+ * only when the coarse clock's millisecond moved. The dump expands the runs to the same per-collective records
+ * (FlightRecorderRunsTest), except that a collective inside a run has no times of its own (null); each record of a
+ * longer run names it ({@code "run": {"firstSeq", "lastSeq"}}). A failure splits the failed collective off its run.
  *
  * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
  * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread
@@ -176,13 +134,8 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     private final int worldSize;
     private final String communicator;
     /**
-     * Whether each entry is 4 longs (32 bytes) instead of 8 and a name reference: {@link
-     * Configuration#FLIGHT_RECORDER_COMPACT}, read once per JVM (C2 folds every branch on it). Compact: {@code [0]
-     * SEQ, [1] BEGUN, [2] ENDED, [3] SHAPE_FAILED} with bits 33-43 the name's index in {@link #names} and bits 44-63
-     * the slot in {@link #args} of the entry's (count, bytes, memory id, memory offset), a ring of the same capacity
-     * appended to only when they differ from its newest record (so a steady workload writes one 32-byte entry per
-     * collective and nothing else). A record a live entry points at is never overwritten: each entry appends at most
-     * one, so at most {@code capacity - 1} come after the oldest live entry's.
+     * Whether each entry is 4 longs (32 bytes) and its arguments in {@link #args}, a ring of records appended to only
+     * when they change: {@link Configuration#FLIGHT_RECORDER_COMPACT}, read once per JVM (C2 folds every branch on it).
      */
     private static final boolean COMPACT = Configuration.FLIGHT_RECORDER_COMPACT.get() && !Configuration.FLIGHT_RECORDER_PADDED.get();
     /**
@@ -191,15 +144,49 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
      * folds every branch on it); it wins over padded and compact.
      */
     static final boolean RUNS = Configuration.FLIGHT_RECORDER_RUNS.get();
-    private static final int STRIDE = COMPACT ? 4 : 8;
-    private static final int SEQ = 0;
-    private static final int COUNT = 1;
-    private static final int BYTES = 2;
-    private static final int MEMORY_ID = 3;
-    private static final int MEMORY_OFFSET = 4;
-    private static final int BEGUN = COMPACT ? 1 : 5;
-    private static final int ENDED = COMPACT ? 2 : 6;
-    private static final int SHAPE_FAILED = COMPACT ? 3 : 7;
+    /**
+     * Whether each entry is the 128-byte descriptor line this rank publishes at its entry barrier ({@link
+     * Configuration#FLIGHT_RECORDER_STORAGE} {@code own-line}, the default; not with padded, compact or runs): with
+     * the recorder on, {@link PadSynchronizer#arrive} writes this rank's own line into the entry instead of into its
+     * own pad ({@link #arrived} writes it there, in {@link OpDescriptorLayout}'s layout), so the arguments are
+     * written once, as with the recorder off, and the entry adds only its other words. By long index:
+     * <pre>
+     *  [0] SHAPE_FAILED (the descriptor's epoch word, unused in an entry)   [1] SEQ
+     *  [2..4] kind, dtype, op, algorithm, root, problem (ints)   [5] COUNT   [6] BYTES   [7] MEMORY_ID
+     *  [8] MEMORY_OFFSET   [9] recv bytes   [10] BEGUN   [11] ENDED   [12] STARTED: the sequence number whose entry
+     *  barrier passed in this slot (the entry is STARTED when it equals SEQ)   [13..15] zero
+     * </pre>
+     * No counter is written per collective: the newest recorded number is found by reading the entries
+     * ({@link #lastSeq()}, failure paths only), an entry being recorded when its BEGUN is not 0.
+     */
+    static final boolean OWN_LINE = "own-line".equals(Configuration.FLIGHT_RECORDER_STORAGE.get())
+            && !Configuration.FLIGHT_RECORDER_PADDED.get() && !COMPACT && !RUNS;
+    private static final int STRIDE = OWN_LINE ? 16 : COMPACT ? 4 : 8;
+    private static final int SEQ = OWN_LINE ? (int) (OpDescriptorLayout.SEQ / Long.BYTES) : 0;
+    private static final int COUNT = OWN_LINE ? (int) (OpDescriptorLayout.COUNT / Long.BYTES) : 1;
+    private static final int BYTES = OWN_LINE ? (int) (OpDescriptorLayout.BUFFER_BYTES / Long.BYTES) : 2;
+    private static final int MEMORY_ID = OWN_LINE ? (int) (OpDescriptorLayout.MEMORY_ID / Long.BYTES) : 3;
+    private static final int MEMORY_OFFSET = OWN_LINE ? (int) (OpDescriptorLayout.MEMORY_OFFSET / Long.BYTES) : 4;
+    private static final int BEGUN = OWN_LINE ? (int) (OpDescriptorLayout.BYTES / Long.BYTES) : COMPACT ? 1 : 5;
+    private static final int ENDED = OWN_LINE ? BEGUN + 1 : COMPACT ? 2 : 6;
+    private static final int SHAPE_FAILED = OWN_LINE ? (int) (OpDescriptorLayout.EPOCH / Long.BYTES) : COMPACT ? 3 : 7;
+    /** Own-line: the entry's word holding the sequence number whose entry barrier passed in its slot. */
+    private static final int STARTED = ENDED + 1;
+    /**
+     * Own-line's hot path accesses its entry through this handle directly in the methods the control plane calls, with
+     * no helper method between ({@link #put}, {@link #at}): a VarHandle's invocation is force-inlined whatever the
+     * profile, a helper only where C2 finds its call site frequent, which in a collective's compilation it often did
+     * not (2026-11-30, a local JIT log: the copying layout's {@code put}s in {@code PadSynchronizer.arrive} left as
+     * calls, "low call site frequency"). Plain: only this rank's thread reads and writes the storage.
+     */
+    private static final VarHandle LONG = ValueLayout.JAVA_LONG.varHandle();
+    /** Own-line: bytes per entry, and the byte offsets of its words the hot path writes. */
+    private static final long ENTRY_BYTES = 16 * Long.BYTES;
+    private static final long SEQ_BYTE = (long) SEQ * Long.BYTES;
+    private static final long BEGUN_BYTE = (long) BEGUN * Long.BYTES;
+    private static final long ENDED_BYTE = (long) ENDED * Long.BYTES;
+    private static final long STARTED_BYTE = (long) STARTED * Long.BYTES;
+    private static final long SHAPE_FAILED_BYTE = (long) SHAPE_FAILED * Long.BYTES;
     private static final long SHAPE_MASK = 0xffff_ffffL;
     private static final long FAILED_FLAG = 1L << 32;
     /**
@@ -213,18 +200,14 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     /** Compact: where the arguments' slot in {@link #args} sits in SHAPE_FAILED (20 bits: capacity is at most 2^20). */
     private static final int ARGS_SHIFT = 44;
 
-    /**
-     * Whether what the hot path writes is kept 128 bytes (a line and its adjacent-line prefetch partner) away from
-     * every other heap object: {@link Configuration#FLIGHT_RECORDER_PADDED}, read once per JVM, so C2 folds every
-     * branch on it and the unpadded layout runs the code it ran before the setting existed.
-     */
+    /** {@link Configuration#FLIGHT_RECORDER_PADDED}, read once per JVM (C2 folds every branch on it). */
     private static final boolean PADDED = Configuration.FLIGHT_RECORDER_PADDED.get();
     /**
      * Whether the entries and the two per-collective counters live in one page-aligned off-heap segment per recorder
      * ({@link FlightRecorderLayout}): {@link Configuration#FLIGHT_RECORDER_STORAGE} {@code off-heap}, the default,
      * unless padded (a heap layout) or runs; read once per JVM, so C2 folds every branch on it.
      */
-    private static final boolean OFF_HEAP = "off-heap".equals(Configuration.FLIGHT_RECORDER_STORAGE.get()) && !PADDED
+    private static final boolean OFF_HEAP = !"heap".equals(Configuration.FLIGHT_RECORDER_STORAGE.get()) && !PADDED
             && !RUNS;
     /**
      * Whether an entry carries its operation's name as an index into {@link #names} (SHAPE_FAILED's bits 33-43) instead
@@ -234,9 +217,8 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     /** Whether the two counters live in the storage ({@link #LAST_SEQ_AT}, {@link #STARTED_SEQ_AT}), not in fields. */
     private static final boolean COUNTERS_IN_STORAGE = PADDED || OFF_HEAP;
     /**
-     * Longs before the first entry in {@link #ring}: padded, 16 (the array's 16-byte header plus 128 bytes), the two
-     * counters in the last line of it ({@link #LAST_SEQ_AT}, {@link #STARTED_SEQ_AT}), so no line this recorder writes
-     * holds the array's header or any byte of the object before the array; else 0.
+     * Longs before the first entry: off-heap, the first page; padded, 16 (the array's header plus 128 bytes, the two
+     * counters in its last line); else 0.
      */
     private static final int HEAD = OFF_HEAP ? (int) (FlightRecorderLayout.ENTRIES_OFFSET / Long.BYTES) : PADDED ? 16 : 0;
     /** Longs after the last entry in {@link #ring}: padded, 16 (128 bytes from the next object); else 0. */
@@ -298,8 +280,9 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
      */
     public String placement() {
         if (OFF_HEAP) {
-            return "recorder off-heap at " + FlightRecorderLayout.describe(storage.address()) + ", counters at +"
-                    + FlightRecorderLayout.LAST_SEQ_OFFSET + ", entries at +" + FlightRecorderLayout.ENTRIES_OFFSET + " ("
+            return "recorder " + (OWN_LINE ? "own-line" : "off-heap") + " at "
+                    + FlightRecorderLayout.describe(storage.address()) + (OWN_LINE ? ", no counters" : ", counters at +"
+                    + FlightRecorderLayout.LAST_SEQ_OFFSET) + ", entries at +" + FlightRecorderLayout.ENTRIES_OFFSET + " ("
                     + STRIDE * Long.BYTES + " bytes each)";
         }
         return "recorder on the heap (" + (RUNS ? "runs" : PADDED ? "padded" : COMPACT ? "compact" : "entries")
@@ -311,12 +294,39 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         if (RUNS) {
             return Math.max(runs.lastSeq(), firstSeq - 1);
         }
+        if (OWN_LINE) {
+            return newestEntry();
+        }
         return COUNTERS_IN_STORAGE ? at(LAST_SEQ_AT) : lastSeq;
     }
 
+    /**
+     * Own-line: the newest collective whose entry is written (BEGUN not 0) at or after {@link #firstSeq}, found by
+     * reading every entry (the hot path keeps no counter); firstSeq - 1 while none. Failure and dump paths only.
+     */
+    private long newestEntry() {
+        long newest = firstSeq - 1;
+        for (int slot = 0; slot <= mask; slot++) {
+            int e = HEAD + slot * STRIDE;
+            long q = at(e + SEQ);
+            if (q > newest && at(e + BEGUN) != 0) {
+                newest = q;
+            }
+        }
+        return newest;
+    }
+
+    /** Whether the entry at {@code e} records collective {@code s}: written for it, since {@link #firstSeq}. */
+    private boolean holds(int e, long s) {
+        if (OWN_LINE) {
+            return s >= firstSeq && at(e + SEQ) == s && at(e + BEGUN) != 0;
+        }
+        return s >= firstSeq && s <= lastSeq() && at(e + SEQ) == s;
+    }
+
     private void lastSeq(long s) {
-        if (RUNS) {
-            return; // derived from the newest run
+        if (RUNS || OWN_LINE) {
+            return; // derived from the newest run, or from the entries
         }
         if (COUNTERS_IN_STORAGE) {
             put(LAST_SEQ_AT, s);
@@ -333,6 +343,15 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     /** {@return where the entry of collective {@code s} begins in {@link #ring}} */
     private int entryAt(long s) {
         return HEAD + (int) (s & mask) * STRIDE;
+    }
+
+    /**
+     * {@return whether this JVM's recorders take the place of a rank's own descriptor line} ({@link #OWN_LINE}): with a
+     * recorder on, {@link PadSynchronizer#arrive} writes no line into the rank's own pad and {@link #arrived} writes
+     * the descriptor into the entry instead. For benchmarks whose baseline must do the work the recorder replaces.
+     */
+    public static boolean takesOwnLine() {
+        return OWN_LINE;
     }
 
     /**
@@ -415,6 +434,13 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         int i = WHAT_HEAD + (int) (s & mask);
         int e = entryAt(s);
         int shape = shapeOf(d);
+        if (OWN_LINE) {
+            // a copy of the line (after-wait, failure and message paths): the in-shadow path has the synchronizer write
+            // it here in the first place (ownLineWritten); plain: only this rank's thread reads and writes the storage
+            d.write(storage, ownLineOffset(s));
+            ownLineWritten(d, operation);
+            return;
+        }
         if (COMPACT) {
             put(e + SEQ, s);
             put(e + BEGUN, CoarseClock.millis());
@@ -439,6 +465,42 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
             }
         }
         lastSeq(s);
+    }
+
+    /**
+     * Own-line: this rank's own descriptor line of collective {@code d.seq()} is in its entry ({@link
+     * PadSynchronizer#arrive} wrote it at {@link #ownLineOffset} of {@link #ownLineSegment}, in the entry barrier's
+     * shadow): stamps the entry's own words, 3 plain stores into the line just written (only this rank's thread
+     * reads and writes the storage).
+     *
+     * @param d         this rank's descriptor, as written
+     * @param operation the collective's name, a constant ("all-reduce")
+     */
+    public void ownLineWritten(OpDescriptorLayout.Descriptor d, String operation) {
+        long s = d.seq();
+        long at = FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES;
+        MemorySegment m = storage;
+        int shape = d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
+        // plain stores (one thread), no helper call between (LONG says why); shapeOf's value, computed here
+        LONG.set(m, at + BEGUN_BYTE, CoarseClock.millis());
+        LONG.set(m, at + ENDED_BYTE, 0L);
+        LONG.set(m, at + SHAPE_FAILED_BYTE, shape & SHAPE_MASK | (operation == name0 ? 0L
+                : operation == name1 ? 1L << NAME_SHIFT : nameBits(operation, (int) (s & mask)))); // 2 names inline
+    }
+
+    /** {@return own-line: the segment whose entries take this rank's own descriptor lines ({@link #ownLineOffset})} */
+    public MemorySegment ownLineSegment() {
+        return storage;
+    }
+
+    /**
+     * {@return own-line: where collective {@code s}'s entry, and so this rank's own descriptor line, starts in {@link
+     * #ownLineSegment}}
+     *
+     * @param s the collective's sequence number
+     */
+    public long ownLineOffset(long s) {
+        return (long) entryAt(s) * Long.BYTES;
     }
 
     /**
@@ -559,7 +621,7 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         if (RUNS) {
             return s >= firstSeq && runs.find(s) < 0;
         }
-        return s >= firstSeq && (s > lastSeq() || at(entryAt(s) + SEQ) != s);
+        return s >= firstSeq && !holds(entryAt(s), s);
     }
 
     /**
@@ -572,7 +634,10 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
             runs.startScheduled(s); // without its arguments: only a run copied in at arrival can start here
             return;
         }
-        if (COUNTERS_IN_STORAGE) {
+        if (OWN_LINE) {
+            // one plain store into the line arrival wrote (an older lap's entry never equals s), no helper call
+            LONG.set(storage, FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES + STARTED_BYTE, s);
+        } else if (COUNTERS_IN_STORAGE) {
             put(STARTED_SEQ_AT, s);
         } else {
             startedSeq = s;
@@ -587,7 +652,10 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
      * @param operation its name, a constant ("all-reduce")
      */
     public void started(OpDescriptorLayout.Descriptor d, String operation) {
-        if (RUNS) {
+        if (OWN_LINE) {
+            long s = d.seq(); // started(long)'s store, written out here: one call level less on the hot path
+            LONG.set(storage, FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES + STARTED_BYTE, s);
+        } else if (RUNS) {
             runs.started(d, operation);
         } else {
             started(d.seq());
@@ -600,6 +668,14 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
      * @param s its sequence number
      */
     public void completed(long s) {
+        if (OWN_LINE) {
+            long at = FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES;
+            // plain (one thread), no helper call (LONG says why): the entry is s's, and neither failed nor ended
+            if ((long) LONG.get(storage, at + SEQ_BYTE) == s && (long) LONG.get(storage, at + ENDED_BYTE) == 0) {
+                LONG.set(storage, at + ENDED_BYTE, CoarseClock.millis());
+            }
+            return;
+        }
         if (RUNS) {
             runs.completed(s);
             return;
@@ -617,6 +693,9 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         }
         if (at(e + ENDED) != 0) {
             return State.COMPLETED;
+        }
+        if (OWN_LINE) {
+            return at(e + STARTED) == at(e + SEQ) ? State.STARTED : State.SCHEDULED;
         }
         return at(e + SEQ) <= startedSeq() ? State.STARTED : State.SCHEDULED;
     }
@@ -638,7 +717,7 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         int i = WHAT_HEAD + (int) (s & mask);
         int e = entryAt(s);
         long now = CoarseClock.millis();
-        if (at(e + SEQ) != s || s < firstSeq || s > lastSeq()) {
+        if (!holds(e, s)) {
             put(e + SEQ, s);
             put(e + BEGUN, now);
             put(e + SHAPE_FAILED, 0); // no arguments: it never arrived
@@ -647,7 +726,9 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
             } else {
                 what[i] = operation;
             }
-            lastSeq(Math.max(lastSeq(), s));
+            if (!OWN_LINE) {
+                lastSeq(Math.max(lastSeq(), s));
+            }
         }
         put(e + SHAPE_FAILED, at(e + SHAPE_FAILED) | FAILED_FLAG);
         put(e + ENDED, now);
@@ -743,7 +824,7 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         for (long q = from; q <= last; q++) {
             int i = WHAT_HEAD + (int) (q & mask);
             int e = entryAt(q);
-            if (at(e + SEQ) != q) {
+            if (at(e + SEQ) != q || OWN_LINE && at(e + BEGUN) == 0) {
                 continue; // began but neither arrived nor failed: not recorded
             }
             int sh = (int) (at(e + SHAPE_FAILED) & SHAPE_MASK);

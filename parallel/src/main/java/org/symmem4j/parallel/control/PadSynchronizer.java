@@ -268,13 +268,25 @@ public final class PadSynchronizer implements WaitSubject {
         long seq = descriptor.seq();
         long epoch = seq + 1;
         long myLine = SignalPadLayout.entryLineOffset(rank, seq);
+        // own-line recorder (the default while recording): this rank's own line goes into the recorder's entry instead
+        // of into its own pad, which only this thread reads (published(); the recorder's entry answers first there),
+        // through the same call site as the peers' lines, so the compiled collective carries no second copy of write()
+        boolean ownLineInEntry = shadowRecorder != null && FlightRecorder.OWN_LINE;
+        MemorySegment ownTarget = ownLineInEntry ? shadowRecorder.ownLineSegment() : ownPad;
+        long ownOffset = ownLineInEntry ? shadowRecorder.ownLineOffset(seq) : myLine;
         for (int p = 0; p < worldSize; p++) {
-            MemorySegment pad = p == rank ? ownPad : pads[p];
-            descriptor.write(pad, myLine);
-            // release: publishes the descriptor above and this rank's earlier writes; acquired below by p
-            LONG.setRelease(pad, myLine + OpDescriptorLayout.EPOCH, epoch);
+            boolean own = p == rank;
+            MemorySegment pad = own ? ownTarget : pads[p];
+            long line = own ? ownOffset : myLine;
+            descriptor.write(pad, line);
+            if (!own || !ownLineInEntry) {
+                // release: publishes the descriptor above and this rank's earlier writes; acquired below by p
+                LONG.setRelease(pad, line + OpDescriptorLayout.EPOCH, epoch);
+            }
         }
-        if (shadowRecorder != null) {
+        if (ownLineInEntry) {
+            shadowRecorder.ownLineWritten(descriptor, opKind); // the entry's words beside the line
+        } else if (shadowRecorder != null) {
             shadowRecorder.arrived(descriptor, opKind);
         }
         for (int p = 0; p < worldSize; p++) {
@@ -297,6 +309,8 @@ public final class PadSynchronizer implements WaitSubject {
      * @return true once this rank arrived at {@code seq}'s entry barrier
      */
     boolean published(long seq) {
+        // with an own-line recorder on, this rank's line is the recorder's entry and this reads false: callers ask the
+        // recorder first (ControlPlane.recordPendingArrival: lacksEntry is false once the entry is written)
         // plain: this rank's own line in its own pad, written by this thread in arrive()
         return ownPad.get(ValueLayout.JAVA_LONG, SignalPadLayout.entryLineOffset(rank, seq) + OpDescriptorLayout.EPOCH)
                 == seq + 1;

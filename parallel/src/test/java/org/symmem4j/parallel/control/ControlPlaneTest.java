@@ -71,4 +71,28 @@ class ControlPlaneTest {
         assertEquals("reduce-scatter#1 buffer too short for count=16 x FLOAT32 (4 bytes): rank=1 recvBytes=32 needed=64"
                 + " (every rank's buffers must hold the count)", both[1]);
     }
+
+    /**
+     * With the recorder on (own-line, the default) a rank's own descriptor line is the recorder's entry: arrive()
+     * writes it there and not into the rank's own pad, so the arguments are written once per collective, as with the
+     * recorder off, which writes the pad's line (issue #36). The entry holds the arguments either way.
+     */
+    @Test
+    void whileRecordingTheOwnLineIsTheRecordersEntryAndNotWrittenIntoTheOwnPad() {
+        List<String> perRank = InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            try (ControlPlane control = ControlPlane.open(group, group.hostTransport())) {
+                control.checkAgreement("all-reduce", Kind.ALL_REDUCE, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT,
+                        -1, 256, 1024, -1, 0, 0, null); // #0, recorded
+                boolean padWhileOn = control.sync().published(0);
+                String recorded = control.recorder().lastOps(1);
+                control.recording().setRecording(false);
+                control.checkAgreement("all-reduce", Kind.ALL_REDUCE, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT,
+                        -1, 256, 1024, -1, 0, 0, null); // #1, not recorded
+                boolean padWhileOff = control.sync().published(1);
+                return "pad while on=" + padWhileOn + " off=" + padWhileOff + "; " + recorded;
+            }
+        });
+        assertEquals(List.of("pad while on=false off=true; all-reduce#0 COMPLETED",
+                "pad while on=false off=true; all-reduce#0 COMPLETED"), perRank);
+    }
 }

@@ -26,8 +26,8 @@ import org.symmem4j.parallel.trace.Json;
  * what it records: one call sequence (wrap-around, started-only, scheduled-only, a failure before arriving, a failure
  * after completing, a restart) gives the same dump and the same last collectives in a JVM with the heap array, with
  * the padding, with the compact entries (on the heap and off it), with runs ({@code symmem4j.flight.recorder.runs},
- * where this sequence reaches the runs through the failure path's copy at arrival) and with the default, the off-heap
- * segment; the padded JVM's arrays carry the padding, the compact one's entries are 4 longs with no name array, and
+ * where this sequence reaches the runs through the failure path's copy at arrival), with the off-heap segment of
+ * copied entries and with the default, the own-line segment (each entry the rank's own descriptor line); the padded JVM's arrays carry the padding, the compact one's entries are 4 longs with no name array, and
  * the off-heap ones keep no heap array at all and a page-aligned segment of {@link FlightRecorderLayout#bytes}.
  */
 class FlightRecorderPaddingTest {
@@ -37,18 +37,22 @@ class FlightRecorderPaddingTest {
         String unpadded = child(dir, "plain", false, false, HEAP);
         String padded = child(dir, "padded", true, false); // padded implies the heap
         String compact = child(dir, "compact", false, true, HEAP);
-        String offHeap = child(dir, "off-heap", false, false); // the default storage
-        String offHeapCompact = child(dir, "off-heap-compact", false, true);
+        String offHeap = child(dir, "off-heap", false, false, OFF_HEAP);
+        String ownLine = child(dir, "own-line", false, false); // the default storage
+        String offHeapCompact = child(dir, "off-heap-compact", false, true); // compact with own-line: off-heap
         String runs = child(dir, "runs", false, false, "-D" + Configuration.FLIGHT_RECORDER_RUNS.property() + "=true");
         assertTrue(unpadded.contains("layout padded=false ring=32 what=4 storage=none"), unpadded);
         assertTrue(padded.contains("layout padded=true ring=64 what=68 storage=none"), padded);
         assertTrue(compact.contains("layout padded=false ring=16 what=none storage=none"), compact);
         // 4 entries of 64 bytes (32 compact) from the second page, then 128 bytes: two pages, page-aligned
         assertTrue(offHeap.contains("layout padded=false ring=none what=none storage=8192 aligned"), offHeap);
+        // 4 entries of 128 bytes (the descriptor line and the recorder's words) from the second page: two pages
+        assertTrue(ownLine.contains("layout padded=false ring=none what=none storage=8192 aligned"), ownLine);
         assertTrue(offHeapCompact.contains("layout padded=false ring=none what=none storage=8192 aligned"), offHeapCompact);
         assertEquals(records(unpadded), records(padded));
         assertEquals(records(unpadded), records(compact));
         assertEquals(records(unpadded), records(offHeap));
+        assertEquals(records(unpadded), records(ownLine));
         assertEquals(records(unpadded), records(offHeapCompact));
         assertTrue(runs.contains("layout padded=false ring=none what=none"), runs);
         assertEquals(records(unpadded), records(runs));
@@ -62,6 +66,8 @@ class FlightRecorderPaddingTest {
 
     /** The heap array's storage ({@code symmem4j.flight.recorder.storage=heap}): the layout before 2026-11-30. */
     private static final String HEAP = "-D" + Configuration.FLIGHT_RECORDER_STORAGE.property() + "=heap";
+    /** The off-heap entries that copy the descriptor ({@code storage=off-heap}): the default before own-line. */
+    private static final String OFF_HEAP = "-D" + Configuration.FLIGHT_RECORDER_STORAGE.property() + "=off-heap";
 
     private static String records(String out) {
         return out.lines().filter(l -> l.startsWith("record ")).reduce("", (a, b) -> a + b + "\n");

@@ -20,43 +20,59 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 
 /**
- * Where the flight recorder keeps what it writes per collective (issue #36): in the default off-heap storage, a
- * page-aligned segment whose counters sit at page offset 3968 and whose entries start on the next page ({@link
- * FlightRecorderLayout}), and the fields its hot path reads padded by 128 bytes on both sides within the recorder
+ * Where the flight recorder keeps what it writes per collective (issue #36): in the default own-line storage, a
+ * page-aligned segment whose entries start on its second page, each the rank's own 128-byte descriptor line and the
+ * recorder's words after it, no counter written per collective ({@link FlightRecorderLayout}), and the fields its hot path reads padded by 128 bytes on both sides within the recorder
  * object ({@link FlightRecorderFields}).
  */
 class FlightRecorderPlacementTest {
 
     @Test
-    void theDefaultStorageIsAPageAlignedSegmentWithTheCountersAndEntriesWhereTheLayoutSays() throws Exception {
+    void theDefaultStorageIsAPageAlignedSegmentWhoseEntriesAreTheRanksOwnDescriptorLines() throws Exception {
         FlightRecorder r = FlightRecorder.create(0, 2, "host-m1", 16);
         MemorySegment storage = (MemorySegment) hot("storage").get(r);
-        assertNotNull(storage, "the default storage is off-heap (symmem4j.flight.recorder.storage=off-heap)");
+        assertNotNull(storage, "the default storage is off-heap (symmem4j.flight.recorder.storage=own-line)");
+        assertTrue(FlightRecorder.takesOwnLine(), "own-line is the default");
         assertEquals(0, storage.address() % FlightRecorderLayout.PAGE_BYTES, "page-aligned");
-        assertEquals(FlightRecorderLayout.bytes(16, 8), storage.byteSize());
-        assertEquals(2 * FlightRecorderLayout.PAGE_BYTES, storage.byteSize()); // 4096 + 16 * 64 + 128, whole pages
-        assertEquals(-1, storage.get(ValueLayout.JAVA_LONG, FlightRecorderLayout.LAST_SEQ_OFFSET));
-        assertEquals(-1, storage.get(ValueLayout.JAVA_LONG, FlightRecorderLayout.STARTED_SEQ_OFFSET));
+        assertEquals(FlightRecorderLayout.bytes(16, 16), storage.byteSize());
+        assertEquals(2 * FlightRecorderLayout.PAGE_BYTES, storage.byteSize()); // 4096 + 16 * 128 + 128, whole pages
         Descriptor d = new Descriptor().set(21, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
                 Algorithm.ONE_SHOT.ordinal(), -1, 256, 1024, 7, 64, 0, Problem.NONE);
         r.arrived(d, "all-reduce");
-        assertEquals(21, storage.get(ValueLayout.JAVA_LONG, FlightRecorderLayout.LAST_SEQ_OFFSET));
+        assertEquals("all-reduce#21 SCHEDULED", r.lastOps(1));
         r.started(21);
-        assertEquals(21, storage.get(ValueLayout.JAVA_LONG, FlightRecorderLayout.STARTED_SEQ_OFFSET));
-        long entry = FlightRecorderLayout.ENTRIES_OFFSET + (21 & 15) * 64L;
-        assertEquals(21, storage.get(ValueLayout.JAVA_LONG, entry)); // SEQ
-        assertEquals(256, storage.get(ValueLayout.JAVA_LONG, entry + 8)); // COUNT
-        assertEquals(1024, storage.get(ValueLayout.JAVA_LONG, entry + 16)); // BYTES
-        // nothing else was written: the head padding, every other entry and the tail stay zero
+        long entry = FlightRecorderLayout.ENTRIES_OFFSET + (21 & 15) * 128L;
+        // the entry is this rank's own line, byte for byte as arrive() writes it into a pad, but for the epoch word
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment line = arena.allocate(OpDescriptorLayout.BYTES);
+            d.write(line, 0);
+            for (long at = OpDescriptorLayout.SEQ; at < OpDescriptorLayout.BYTES; at++) {
+                assertEquals(line.get(ValueLayout.JAVA_BYTE, at), storage.get(ValueLayout.JAVA_BYTE, entry + at),
+                        "descriptor byte " + at);
+            }
+        }
+        assertEquals(21, storage.get(ValueLayout.JAVA_LONG, entry + 8)); // SEQ
+        assertEquals(256, storage.get(ValueLayout.JAVA_LONG, entry + 40)); // COUNT
+        assertEquals(1024, storage.get(ValueLayout.JAVA_LONG, entry + 48)); // BYTES
+        assertTrue(storage.get(ValueLayout.JAVA_LONG, entry + 80) > 0, "BEGUN stamped");
+        assertEquals(0, storage.get(ValueLayout.JAVA_LONG, entry + 88)); // ENDED: not yet
+        assertEquals(21, storage.get(ValueLayout.JAVA_LONG, entry + 96)); // STARTED: the barrier passed
+        // no counter is written per collective: both stay as allocate() left them; nothing else was written
+        assertEquals(-1, storage.get(ValueLayout.JAVA_LONG, FlightRecorderLayout.LAST_SEQ_OFFSET));
+        assertEquals(-1, storage.get(ValueLayout.JAVA_LONG, FlightRecorderLayout.STARTED_SEQ_OFFSET));
         for (long at = 0; at < storage.byteSize(); at += Long.BYTES) {
             boolean written = at == FlightRecorderLayout.LAST_SEQ_OFFSET || at == FlightRecorderLayout.STARTED_SEQ_OFFSET
-                    || at >= entry && at < entry + 64;
+                    || at >= entry && at < entry + 128;
             if (!written) {
                 assertEquals(0, storage.get(ValueLayout.JAVA_LONG, at), "byte offset " + at);
             }
         }
-        assertTrue(r.lastOps(1).equals("all-reduce#21 STARTED"), r.lastOps(1));
-        assertTrue(r.placement().startsWith("recorder off-heap at 0x") && r.placement().contains("(page offset 0,"),
+        assertEquals("all-reduce#21 STARTED", r.lastOps(1));
+        assertEquals(22, r.recorded()); // numbers 0-21 since the recorder began, as before: the ring holds #21
+        r.completed(21);
+        assertTrue(storage.get(ValueLayout.JAVA_LONG, entry + 88) > 0, "ENDED stamped");
+        assertEquals("all-reduce#21 COMPLETED", r.lastOps(1));
+        assertTrue(r.placement().startsWith("recorder own-line at 0x") && r.placement().contains("(page offset 0,"),
                 r.placement());
     }
 
