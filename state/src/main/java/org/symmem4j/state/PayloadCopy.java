@@ -47,17 +47,17 @@ final class PayloadCopy {
     static final boolean HEADER_LINE_FIRST = headerLineFirst(System.getProperty("symmem4j.ring.headerLineFirst"));
     /**
      * Whether {@link SymmetricRingBuffer#offer} copies the payload of a ring with an address in its own code, by address
-     * ({@link RingBufferLayout#copyPayloadAt}: one {@code MemorySegment.copy} into the all-of-memory segment, whose
-     * destination checks the JIT folds), with the header line first: the shape of a claim written by its caller, which
-     * measured 0.493 us against offer's 0.612 us at 64 B one-to-one on 32 cores
-     * ({@code bench/results/2026-11-30-ring-claim-order-32core.md}). The default; {@code -Dsymmem4j.ring.inlineCopy=false}
-     * (the control) keeps the call of {@link #copy} that offer made until then. Only with {@link #HEADER_LINE_FIRST}:
-     * the header-line-last order always takes {@link #copy}. The copy in its code makes offer's C2 code ~3.3 KB instead
-     * of ~1.9 KB, over {@code InlineSmallCode}: a caller compiled after offer calls it (the control calls the copy
-     * instead); {@code bench/results/2026-11-30-ring-offer-inline-copy.md}.
+     * ({@link RingBufferLayout#copyPayloadAt}: one {@code MemorySegment.copy} into the all-of-memory segment), with the
+     * header line first, as a claim written by its caller does. Off by default: measured on 32 idle cores against the
+     * call of {@link #copy} in the same run, fork pair by fork pair, it made the 64 B one-to-one round trip 12.7 points
+     * slower against Agrona's (+20.9 % against +8.1 %; {@code bench/results/2026-11-30-ring-offer-inline-copy-32core.md}):
+     * the copy in offer's code makes its C2 code ~3.3 KB instead of ~1.9 KB, over {@code InlineSmallCode}, so callers
+     * call offer. {@code -Dsymmem4j.ring.inlineCopy=true} selects it (kept for the benchmark's paired control). Only with
+     * {@link #HEADER_LINE_FIRST}: the header-line-last order always takes {@link #copy}.
      */
-    static final boolean INLINE_COPY = flag("symmem4j.ring.inlineCopy", System.getProperty("symmem4j.ring.inlineCopy"),
-            "-Dsymmem4j.ring.inlineCopy=false for offer's call of PayloadCopy.copy (the control)") && HEADER_LINE_FIRST;
+    static final boolean INLINE_COPY = flag("symmem4j.ring.inlineCopy",
+            System.getProperty("symmem4j.ring.inlineCopy", "false"),
+            "-Dsymmem4j.ring.inlineCopy=true for offer's own copy, or false (the default)") && HEADER_LINE_FIRST;
 
     private PayloadCopy() {
     }

@@ -274,7 +274,11 @@ public final class PadSynchronizer implements WaitSubject {
         boolean ownLineInEntry = shadowRecorder != null && FlightRecorder.OWN_LINE;
         MemorySegment ownTarget = ownLineInEntry ? shadowRecorder.ownLineSegment() : ownPad;
         long ownOffset = ownLineInEntry ? shadowRecorder.ownLineOffset(seq) : myLine;
-        for (int p = 0; p < worldSize; p++) {
+        // the peers' lines first, this rank's own line last: a store that misses the cache (the recorder's entry is a
+        // new line every collective) would hold back every later store on x86, whose stores drain in order, so it goes
+        // after the releases that peers wait for, and drains while this rank waits for them
+        for (int i = 1; i <= worldSize; i++) {
+            int p = rank + i < worldSize ? rank + i : rank + i - worldSize;
             boolean own = p == rank;
             MemorySegment pad = own ? ownTarget : pads[p];
             long line = own ? ownOffset : myLine;
