@@ -30,6 +30,12 @@ final class LaunchedJvm {
     /** Test-only flags for short JVMs: C1 only, the serial collector (see the class comment for why and how much). */
     static final List<String> LIGHT = List.of("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC");
 
+    /**
+     * {@code -Dsymmem4j.test.defaultJvms=true}: launch with the JVM's defaults instead of {@link #LIGHT}, as a user's
+     * JVMs run: for measurements of start-up and recovery times ({@link RestartSoak} sets it).
+     */
+    static final String DEFAULT_JVMS = "symmem4j.test.defaultJvms";
+
     private LaunchedJvm() {
     }
 
@@ -39,11 +45,12 @@ final class LaunchedJvm {
     }
 
     /**
-     * The JVM arguments after {@code symmem4j-run --java --} up to the main class: {@link #LIGHT}, {@code jvmOptions}
+     * The JVM arguments after {@code symmem4j-run --java --} up to the main class: {@link #LIGHT} (unless
+     * {@value #DEFAULT_JVMS} is set), {@code jvmOptions}
      * (a heap size, system properties) and this test's class path.
      */
     static List<String> options(String... jvmOptions) {
-        List<String> options = new ArrayList<>(LIGHT);
+        List<String> options = new ArrayList<>(Boolean.getBoolean(DEFAULT_JVMS) ? List.of() : LIGHT);
         options.addAll(List.of(jvmOptions));
         options.addAll(List.of("-cp", System.getProperty("java.class.path")));
         return options;
