@@ -15,8 +15,8 @@ import java.util.List;
  * only, 2.8-3.4 s with C1 and the serial collector; a whole shrink-after-kill case (3 ranks and this JVM's reference)
  * 21-24 s against 13-15 s (bench/results/2026-11-30-ci-time-examples.md). What the tests check does not change: Java's
  * arithmetic is the same in every tier (a tiered JVM runs each method interpreted, by C1 and by C2 at different times
- * anyway), and the references the launched ranks are compared with, bitwise, are computed in the test's own JVM, which
- * keeps the defaults.
+ * anyway), and most references the launched ranks are compared with, bitwise, are computed in the test's own JVM,
+ * which keeps the defaults ({@link ProcessModeExampleTest}'s thread-mode runs are launched JVMs too).
  */
 final class LaunchedJvm {
 
