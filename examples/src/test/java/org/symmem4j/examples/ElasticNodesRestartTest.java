@@ -55,8 +55,9 @@ class ElasticNodesRestartTest {
         if (!sharding.equals("plain")) {
             more.add(sharding);
         }
-        List<String> launcher = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "-cp", System.getProperty("java.class.path"), Launcher.class.getName(), "--nnodes", "2:3", "-n", "1",
+        List<String> launcher = new ArrayList<>(List.of(LaunchedJvm.java()));
+        launcher.addAll(LaunchedJvm.options());
+        launcher.addAll(List.of(Launcher.class.getName(), "--nnodes", "2:3", "-n", "1",
                 "--max-restarts", "1", "--master-addr", "127.0.0.1", "--master-port", Integer.toString(port), "--run-id",
                 "elastic-dl4j", "--secret-file", secret.toString(), "--rdzv-last-call", "2", "--restart-delay", "0",
                 "--grace-period", "1", "--cpu-bind", "none", "--"));

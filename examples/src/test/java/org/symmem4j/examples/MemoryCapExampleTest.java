@@ -26,13 +26,13 @@ class MemoryCapExampleTest {
 
     private static Launcher.Result launch(String sharding) throws IOException {
         List<String> args = new ArrayList<>(List.of("-n", "2", "--master-port", Integer.toString(freePort()), "--java",
-                "--", "-Xmx256m",
+                "--"));
+        args.addAll(LaunchedJvm.options("-Xmx256m",
                 // the caps: ND4J's arrays, and resident symmetric memory; JavaCPP's own check of the process's whole
                 // resident set (heap, code, libraries) is off: it is not model state
                 "-Dorg.bytedeco.javacpp.maxbytes=16m", "-Dorg.bytedeco.javacpp.maxphysicalbytes=0",
-                "-Dsymmem4j.maxSymmetricBytes=16m",
-                "-cp", System.getProperty("java.class.path"), MemoryCapExample.class.getName(),
-                "--sharding", sharding, "--hidden", "1024", "--steps", "3"));
+                "-Dsymmem4j.maxSymmetricBytes=16m"));
+        args.addAll(List.of(MemoryCapExample.class.getName(), "--sharding", sharding, "--hidden", "1024", "--steps", "3"));
         return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
     }
 

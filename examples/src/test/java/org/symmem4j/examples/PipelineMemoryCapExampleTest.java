@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.TreeSet;
@@ -38,16 +37,13 @@ class PipelineMemoryCapExampleTest {
     private static final Pattern LOSS = Pattern.compile("step \\d+ loss=[0-9a-f]+");
 
     private static List<String> jvm(String heap, boolean capped) {
-        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                "--sun-misc-unsafe-memory-access=allow", "-Xms128m", "-Xmx" + heap, "-XX:+AlwaysPreTouch",
+        List<String> options = new ArrayList<>(List.of("-Xms128m", "-Xmx" + heap, "-XX:+AlwaysPreTouch",
                 "-Dorg.deeplearning4j.crash.reporting.enabled=false")); // no crash dump file at the control's refusal
         if (capped) {
-            cmd.addAll(List.of("-Dorg.bytedeco.javacpp.maxbytes=" + CAP, "-Dorg.bytedeco.javacpp.maxphysicalbytes=" + CAP));
+            options.addAll(List.of("-Dorg.bytedeco.javacpp.maxbytes=" + CAP,
+                    "-Dorg.bytedeco.javacpp.maxphysicalbytes=" + CAP));
         }
-        cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), PipelineMemoryCapExample.class.getName()));
-        cmd.addAll(ARGS);
-        return cmd;
+        return LaunchedJvm.command(options, PipelineMemoryCapExample.class, ARGS);
     }
 
     private static String[] run(List<String> cmd) throws IOException, InterruptedException {

@@ -5,7 +5,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
@@ -31,12 +30,7 @@ class ProcessModeExampleTest {
      * {@code --java} gives: the same command runs the example's rank threads directly and its ranks under the launcher.
      */
     private static List<String> exampleJvm(Class<?> main, List<String> args) {
-        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
-                main.getName()));
-        cmd.addAll(args);
-        return cmd;
+        return LaunchedJvm.command(List.of("-Xmx512m"), main, args);
     }
 
     private static List<String> javaCommand(String sharding) {

@@ -370,11 +370,8 @@ class PrometheusScrapeTest {
     }
 
     private static Process startExample(Path log) throws IOException {
-        String java = ProcessHandle.current().info().command().orElse("java");
-        List<String> cmd = List.of(java, "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m",
-                "-cp", System.getProperty("java.class.path"), "org.symmem4j.examples.DataParallelExample",
-                "--port", "0", "--workers", Integer.toString(WORKERS), "--epochs", "1", "--linger-seconds", "60");
+        List<String> cmd = LaunchedJvm.command(List.of("-Xmx512m"), DataParallelExample.class, List.of("--port", "0",
+                "--workers", Integer.toString(WORKERS), "--epochs", "1", "--linger-seconds", "60"));
         return new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile()).start();
     }
 

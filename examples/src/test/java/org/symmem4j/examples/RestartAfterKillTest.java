@@ -90,9 +90,10 @@ class RestartAfterKillTest {
         List<String> args = new ArrayList<>(launcherOptions);
         args.addAll(List.of("-n", "2", "--master-port", Integer.toString(port),
                 "--max-restarts", Integer.toString(maxRestarts), "--restart-delay", "0", "--grace-period", "1", "--java",
-                "--", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
-                RestartingTraining.class.getName(), checkpoints.toString(), model.toString(), Integer.toString(EVERY),
-                Integer.toString(EPOCHS)));
+                "--"));
+        args.addAll(LaunchedJvm.options("-Xmx512m"));
+        args.addAll(List.of(RestartingTraining.class.getName(), checkpoints.toString(), model.toString(),
+                Integer.toString(EVERY), Integer.toString(EPOCHS)));
         args.addAll(List.of(faults));
         return new Job(Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv())), port, checkpoints, model);
     }
@@ -100,13 +101,10 @@ class RestartAfterKillTest {
     /** The command of one {@link RestartingTraining} rank, for the launcher after its {@code --}. */
     static List<String> restartingTraining(Path checkpoints, Path model, int every, int epochs, int killAfter,
                                            String... more) {
-        List<String> command = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
-                RestartingTraining.class.getName(), checkpoints.toString(), model.toString(), Integer.toString(every),
+        List<String> args = new ArrayList<>(List.of(checkpoints.toString(), model.toString(), Integer.toString(every),
                 Integer.toString(epochs), Integer.toString(killAfter)));
-        command.addAll(List.of(more));
-        return command;
+        args.addAll(List.of(more));
+        return LaunchedJvm.command(List.of("-Xmx512m"), RestartingTraining.class, args);
     }
 
     @BeforeAll

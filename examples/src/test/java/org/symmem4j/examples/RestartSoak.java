@@ -68,6 +68,8 @@ public final class RestartSoak {
     }
 
     public static void main(String[] args) throws Exception {
+        // the soak measures recovery times: its ranks run as a user's JVMs do, not with the tests' light flags
+        System.setProperty(LaunchedJvm.DEFAULT_JVMS, "true");
         Map<String, String> o = new LinkedHashMap<>(Map.of("trials", "100", "seed", "1", "minutes", "20",
                 "watchdog", "120", "csv", "restart-soak.csv", "md", "restart-soak.md", "work", "/tmp/restart-soak",
                 "note", "", "parallel", "1"));

@@ -65,8 +65,9 @@ class ShrinkAfterKillTest {
      */
     static Launcher.Result launch(int ranks, int port, String heap, Class<?> main, String... trainingArgs) {
         List<String> args = new ArrayList<>(List.of("-n", Integer.toString(ranks), "--master-port", Integer.toString(port),
-                "--on-failure", "shrink", "--java", "--", heap, "-Dsymmem4j.timeout.ms=30000",
-                "-cp", System.getProperty("java.class.path"), main.getName()));
+                "--on-failure", "shrink", "--java", "--"));
+        args.addAll(LaunchedJvm.options(heap, "-Dsymmem4j.timeout.ms=30000"));
+        args.add(main.getName());
         args.addAll(List.of(trainingArgs));
         return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
     }

@@ -48,8 +48,9 @@ class TensorParallelElasticRestartTest {
         int port = RestartAfterKillTest.freePort();
         List<String> args = new ArrayList<>(List.of("-n", "2:3", "--cpu-bind", "none", "--master-port",
                 Integer.toString(port), "--max-restarts", "2", "--restart-delay", "0",
-                "--grace-period", "1", "--java", "--", "-Xmx384m", "-cp", System.getProperty("java.class.path"),
-                TensorParallelRestartingTraining.class.getName(), checkpoints.toString(), out.toString(),
+                "--grace-period", "1", "--java", "--"));
+        args.addAll(LaunchedJvm.options("-Xmx384m"));
+        args.addAll(List.of(TensorParallelRestartingTraining.class.getName(), checkpoints.toString(), out.toString(),
                 Integer.toString(EVERY), Integer.toString(EPOCHS), "auto", "auto", "kill@g0r2s" + KILL,
                 "kill@g1r2s" + KILL));
         Launcher.Result r = Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));

@@ -51,8 +51,9 @@ class TensorParallelRestartAfterKillTest {
         int port = RestartAfterKillTest.freePort();
         List<String> args = new ArrayList<>(List.of("-n", Integer.toString(dp * tp), "--cpu-bind", "none",
                 "--master-port", Integer.toString(port), "--max-restarts", "1", "--restart-delay", "0",
-                "--grace-period", "1", "--java", "--", "-Xmx384m", "-cp", System.getProperty("java.class.path"),
-                TensorParallelRestartingTraining.class.getName(), checkpoints.toString(), out.toString(),
+                "--grace-period", "1", "--java", "--"));
+        args.addAll(LaunchedJvm.options("-Xmx384m"));
+        args.addAll(List.of(TensorParallelRestartingTraining.class.getName(), checkpoints.toString(), out.toString(),
                 Integer.toString(EVERY), Integer.toString(EPOCHS), Integer.toString(dp), Integer.toString(tp)));
         args.addAll(List.of(faults));
         return new RestartAfterKillTest.Job(Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv())),

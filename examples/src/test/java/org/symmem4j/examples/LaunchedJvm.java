@@ -1,0 +1,77 @@
+package org.symmem4j.examples;
+
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The command lines of the JVMs the examples' tests launch (ranks under {@code symmem4j-run --java}, example programs
+ * run directly, launchers): one place for their flags.
+ *
+ * <p>Every one gets {@link #LIGHT}: C1 only and the serial collector. These JVMs live for seconds, load DL4J and ND4J
+ * (thousands of classes) and spend their heavy compute in ND4J's native code; C2's compiles, which such a short run
+ * never earns back, and G1's threads cost CPU on CI's two shared cores. Measured on the 2-core dev machine, user+sys
+ * per JVM, several runs: a thread-mode {@link DataParallelExample} 4.5-5.7 s with the defaults, 3.5-4.0 s with C1
+ * only, 2.8-3.4 s with C1 and the serial collector; a whole shrink-after-kill case (3 ranks and this JVM's reference)
+ * 21-24 s against 13-15 s (bench/results/2026-11-30-ci-time-examples.md). What the tests check does not change: Java's
+ * arithmetic is the same in every tier (a tiered JVM runs each method interpreted, by C1 and by C2 at different times
+ * anyway), and most references the launched ranks are compared with, bitwise, are computed in the test's own JVM,
+ * which keeps the defaults ({@link ProcessModeExampleTest}'s thread-mode runs are launched JVMs too).
+ */
+final class LaunchedJvm {
+
+    /**
+     * The flags {@code symmem4j-run --java} gives every JVM (the launcher's {@code LaunchPlan.JVM_FLAGS}): native
+     * access, the vector module, JavaCPP's use of {@code sun.misc.Unsafe}.
+     */
+    static final List<String> RUNTIME_FLAGS = List.of("--enable-native-access=ALL-UNNAMED",
+            "--add-modules=jdk.incubator.vector", "--sun-misc-unsafe-memory-access=allow");
+
+    /** Test-only flags for short JVMs: C1 only, the serial collector (see the class comment for why and how much). */
+    static final List<String> LIGHT = List.of("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC");
+
+    /**
+     * {@code -Dsymmem4j.test.defaultJvms=true}: launch with the JVM's defaults instead of {@link #LIGHT}, as a user's
+     * JVMs run: for measurements of start-up and recovery times ({@link RestartSoak} sets it).
+     */
+    static final String DEFAULT_JVMS = "symmem4j.test.defaultJvms";
+
+    private LaunchedJvm() {
+    }
+
+    /** This JDK's {@code java}. */
+    static String java() {
+        return Path.of(System.getProperty("java.home"), "bin", "java").toString();
+    }
+
+    /**
+     * The JVM arguments after {@code symmem4j-run --java --} up to the main class: {@link #LIGHT} (unless
+     * {@value #DEFAULT_JVMS} is set), {@code jvmOptions}
+     * (a heap size, system properties) and this test's class path.
+     */
+    static List<String> options(String... jvmOptions) {
+        List<String> options = new ArrayList<>(Boolean.getBoolean(DEFAULT_JVMS) ? List.of() : LIGHT);
+        options.addAll(List.of(jvmOptions));
+        options.addAll(List.of("-cp", System.getProperty("java.class.path")));
+        return options;
+    }
+
+    /**
+     * A whole command up to the main class, as {@code --java} runs it: {@link #java()}, {@link #RUNTIME_FLAGS},
+     * {@link #options(String...)}.
+     */
+    static List<String> command(String... jvmOptions) {
+        List<String> command = new ArrayList<>(List.of(java()));
+        command.addAll(RUNTIME_FLAGS);
+        command.addAll(options(jvmOptions));
+        return command;
+    }
+
+    /** {@link #command(String...)} with {@code jvmOptions}, then {@code main} and {@code args}. */
+    static List<String> command(List<String> jvmOptions, Class<?> main, List<String> args) {
+        List<String> command = command(jvmOptions.toArray(String[]::new));
+        command.add(main.getName());
+        command.addAll(args);
+        return command;
+    }
+}
