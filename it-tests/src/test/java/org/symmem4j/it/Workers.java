@@ -24,7 +24,7 @@ final class Workers implements AutoCloseable {
 
     /** How to start a job. */
     record Launch(int worldSize, String scenario, long timeoutMillis, int port, String runId, boolean ownShell,
-                  int unreapedRank, Map<String, String> extraEnv, boolean light) {
+                  int unreapedRank, Map<String, String> extraEnv, boolean lightJvm) {
 
         static Launch of(int worldSize, String scenario, long timeoutMillis) {
             return new Launch(worldSize, scenario, timeoutMillis, freePort(), "it-" + UUID.randomUUID(), false, -1, Map.of(),
@@ -42,29 +42,29 @@ final class Workers implements AutoCloseable {
         }
 
         Launch onPort(int p) {
-            return new Launch(worldSize, scenario, timeoutMillis, p, runId, ownShell, unreapedRank, extraEnv, light);
+            return new Launch(worldSize, scenario, timeoutMillis, p, runId, ownShell, unreapedRank, extraEnv, lightJvm);
         }
 
         /** All ranks started by one shell of their own, with no run id set: the default (their parent) applies. */
         Launch launchedByOwnShell() {
-            return new Launch(worldSize, scenario, timeoutMillis, port, null, true, unreapedRank, extraEnv, light);
+            return new Launch(worldSize, scenario, timeoutMillis, port, null, true, unreapedRank, extraEnv, lightJvm);
         }
 
         /** Every rank started with run id {@code id}, or, when null, with none (the default, this JVM's pid, applies). */
         Launch withRunId(String id) {
-            return new Launch(worldSize, scenario, timeoutMillis, port, id, ownShell, unreapedRank, extraEnv, light);
+            return new Launch(worldSize, scenario, timeoutMillis, port, id, ownShell, unreapedRank, extraEnv, lightJvm);
         }
 
         /** Rank {@code r}'s parent is a process that never reaps its children. */
         Launch unreaped(int r) {
-            return new Launch(worldSize, scenario, timeoutMillis, port, runId, ownShell, r, extraEnv, light);
+            return new Launch(worldSize, scenario, timeoutMillis, port, runId, ownShell, r, extraEnv, lightJvm);
         }
 
         /** Every rank also gets environment variable {@code name=value}. */
         Launch withEnv(String name, String value) {
             Map<String, String> env = new java.util.LinkedHashMap<>(extraEnv);
             env.put(name, value);
-            return new Launch(worldSize, scenario, timeoutMillis, port, runId, ownShell, unreapedRank, Map.copyOf(env), light);
+            return new Launch(worldSize, scenario, timeoutMillis, port, runId, ownShell, unreapedRank, Map.copyOf(env), lightJvm);
         }
     }
 
@@ -130,7 +130,7 @@ final class Workers implements AutoCloseable {
             }
             List<String> cmd = new ArrayList<>(List.of(java, "--enable-native-access=ALL-UNNAMED",
                     "--add-modules=jdk.incubator.vector", "-Xmx256m", "-XX:+UseSerialGC"));
-            if (launch.light()) {
+            if (launch.lightJvm()) {
                 cmd.addAll(ChildJvmFlags.get());
             }
             cmd.addAll(List.of("-Dsymmem4j.timeout.ms=" + launch.timeoutMillis(), "-cp",
