@@ -11,6 +11,7 @@ import java.util.ArrayList;
 import java.util.List;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.util.ModelSerializer;
+import org.symmem4j.parallel.ChildJvmFlags;
 import org.symmem4j.launch.Launcher;
 
 /**
@@ -36,8 +37,10 @@ public final class LaunchedRanks {
             port = s.getLocalPort();
         }
         List<String> command = new ArrayList<>(List.of("-n", Integer.toString(ranks), "--master-port",
-                Integer.toString(port), "--java", "--", "-Xmx512m", "-Dsymmem4j.timeout.ms=120000",
-                "-cp", System.getProperty("java.class.path"), main.getName()));
+                Integer.toString(port), "--java", "--", "-Xmx512m"));
+        command.addAll(ChildJvmFlags.get());
+        command.addAll(List.of("-Dsymmem4j.timeout.ms=120000", "-cp", System.getProperty("java.class.path"),
+                main.getName()));
         command.addAll(List.of(args));
         Launcher.Result r = Launcher.runCapturing(command, Launcher.newJobEnvironment(System.getenv()));
         String log = r.err() + "\n" + r.out();

@@ -21,6 +21,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.parallel.ChildJvmFlags;
 
 /**
  * DL4J data parallelism across machines, on one machine pretending to be several: {@code mpirun} starts
@@ -64,8 +65,9 @@ class MultiNodeDataParallelTest {
                 "-x", "SYMMEM4J_RUN_ID=multinode-dl4j-" + port,
                 "-x", "SYMMEM4J_SECRET=multinode-dl4j-test-secret-of-enough-bytes-" + port,
                 Path.of(System.getProperty("java.home"), "bin", "java").toString(), "--enable-native-access=ALL-UNNAMED",
-                "--add-modules=jdk.incubator.vector", "--sun-misc-unsafe-memory-access=allow", "-Xss1m", "-Xmx512m",
-                "-Dsymmem4j.pretend.ranks.per.node=" + perMachine, "-cp", System.getProperty("java.class.path"),
+                "--add-modules=jdk.incubator.vector", "--sun-misc-unsafe-memory-access=allow", "-Xss1m", "-Xmx512m"));
+        cmd.addAll(ChildJvmFlags.get());
+        cmd.addAll(List.of("-Dsymmem4j.pretend.ranks.per.node=" + perMachine, "-cp", System.getProperty("java.class.path"),
                 MultiNodeDataParallelWorker.class.getName(), out.toString(), Integer.toString(BATCHES)));
         cmd.addAll(List.of(extra));
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);

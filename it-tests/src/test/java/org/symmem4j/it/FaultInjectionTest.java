@@ -38,7 +38,15 @@ class FaultInjectionTest {
     /** Slack for JVM exit and a loaded 2-core machine; the bound checked is TIMEOUT_MS + MARGIN_MS. */
     static final long MARGIN_MS = 10_000;
 
-    /** The failure line of a rank's log and everything after it. */
+    /**
+     * A job whose ranks only set up, run a few hundred small all-reduces or wait for a peer: launched with the
+     * test JVM flags ({@link Workers.Launch#light()}). The RING of 1 MiB and the long loops keep C2.
+     */
+    static Workers startLight(int worldSize, String scenario, long timeoutMillis) throws IOException {
+        return Workers.start(Workers.Launch.of(worldSize, scenario, timeoutMillis).light());
+    }
+
+        /** The failure line of a rank's log and everything after it. */
     static String failure(String log) {
         return FaultSoak.failure(log);
     }
@@ -77,7 +85,7 @@ class FaultInjectionTest {
         SplittableRandom random = new SplittableRandom(trial * 7919L);
         int victim = random.nextInt(3);
         long delayMs = random.nextLong(0, 1500);
-        try (Workers w = Workers.start(3, "loop", TIMEOUT_MS)) {
+        try (Workers w = startLight(3, "loop", TIMEOUT_MS)) {
             Thread.sleep(delayMs);
             long killedAt = System.nanoTime();
             w.signal(victim, "KILL");
@@ -96,7 +104,7 @@ class FaultInjectionTest {
     @ParameterizedTest(name = "kill rank {0}, deschedule rank {1}")
     @CsvSource({"1, 2", "2, 1"})
     void aSurvivorDescheduledDuringSetUpBlamesTheKilledPeerNotALiveRankZero(int victim, int paused) throws Exception {
-        try (Workers w = Workers.start(3, "loop", TIMEOUT_MS)) {
+        try (Workers w = startLight(3, "loop", TIMEOUT_MS)) {
             for (int r = 0; r < 3; r++) {
                 assertTrue(w.awaitLog(r, "JOINED", 60_000), "rank " + r + " never joined; log:\n" + w.log(r));
             }
@@ -169,7 +177,7 @@ class FaultInjectionTest {
     @ParameterizedTest(name = "kill rank {0} of 3")
     @ValueSource(ints = {1, 0})
     void sigkillMidCollectiveIsNamedBeforeTheTimeout(int victim) throws Exception {
-        try (Workers w = Workers.start(3, "loop", 30_000)) {
+        try (Workers w = startLight(3, "loop", 30_000)) {
             for (int r = 0; r < 3; r++) {
                 assertTrue(w.awaitLog(r, "READY", 60_000), "rank " + r + " never got going; log:\n" + w.log(r));
             }
@@ -192,7 +200,7 @@ class FaultInjectionTest {
     @ParameterizedTest(name = "stop rank {0} of 3")
     @ValueSource(ints = {0, 2})
     void sigstopPastTheTimeoutEndsEveryRankWithinOneTimeout(int victim) throws Exception {
-        try (Workers w = Workers.start(3, "loop", TIMEOUT_MS)) {
+        try (Workers w = startLight(3, "loop", TIMEOUT_MS)) {
             for (int r = 0; r < 3; r++) {
                 assertTrue(w.awaitLog(r, "READY", 60_000), "rank " + r + " never got going; log:\n" + w.log(r));
             }
@@ -228,7 +236,7 @@ class FaultInjectionTest {
 
     @Test
     void aDeadPeerThatNobodyReapedIsSeenAsGone() throws Exception {
-        try (Workers w = Workers.start(Workers.Launch.of(3, "loop", 30_000).unreaped(1))) {
+        try (Workers w = Workers.start(Workers.Launch.of(3, "loop", 30_000).unreaped(1).light())) {
             for (int r = 0; r < 3; r++) {
                 assertTrue(w.awaitLog(r, "READY", 60_000), "rank " + r + " never got going; log:\n" + w.log(r));
             }
@@ -252,8 +260,8 @@ class FaultInjectionTest {
     void twoJobsStartedTogetherOnOnePortNeverMerge() throws Exception {
         int port = Workers.freePort();
         // Each job is its own launch (a shell of its own) and sets no run id: the default keeps them apart.
-        try (Workers a = Workers.start(Workers.Launch.of(2, "loop", TIMEOUT_MS).onPort(port).launchedByOwnShell());
-             Workers b = Workers.start(Workers.Launch.of(2, "loop", TIMEOUT_MS).onPort(port).launchedByOwnShell())) {
+        try (Workers a = Workers.start(Workers.Launch.of(2, "loop", TIMEOUT_MS).onPort(port).launchedByOwnShell().light());
+             Workers b = Workers.start(Workers.Launch.of(2, "loop", TIMEOUT_MS).onPort(port).launchedByOwnShell().light())) {
             long start = System.nanoTime();
             // One job wins the port and runs (checking every sum); the other fails naming both runs.
             Workers loser = null;
@@ -303,7 +311,7 @@ class FaultInjectionTest {
     @Test
     void twoJobsWithTheSameRunIdNeverComputeWithEachOthersData() throws Exception {
         int port = Workers.freePort();
-        Workers.Launch same = Workers.Launch.of(2, "loop 2000", TIMEOUT_MS).onPort(port).withRunId(null);
+        Workers.Launch same = Workers.Launch.of(2, "loop 2000", TIMEOUT_MS).onPort(port).withRunId(null).light();
         try (Workers a = Workers.start(same.withEnv(ProcessWorker.JOB_SALT_ENV, "100"));
              Workers b = Workers.start(same.withEnv(ProcessWorker.JOB_SALT_ENV, "200"))) {
             int[] codesA = a.awaitExit(TIMEOUT_MS + MARGIN_MS + 60_000);
@@ -450,7 +458,7 @@ class FaultInjectionTest {
         List<Thread> threads = new ArrayList<>();
         byte[] half = new byte[20]; // MAGIC, protocol version 3, and 12 of the 32 nonce bytes
         java.nio.ByteBuffer.wrap(half).putInt(0x53594D53).putInt(3);
-        try (Workers w = Workers.start(Workers.Launch.of(3, "loop 300", 15_000).onPort(port), () -> {
+        try (Workers w = Workers.start(Workers.Launch.of(3, "loop 300", 15_000).onPort(port).light(), () -> {
             long until = System.nanoTime() + 60_000_000_000L;
             while (!listening(port)) { // rank 0 binds the store; the other ranks start once the strangers hold it
                 assertTrue(System.nanoTime() < until, "rank 0's store never listened on port " + port);
@@ -504,7 +512,7 @@ class FaultInjectionTest {
 
     @Test
     void aRankThatFailsInsideACollectiveAbortsItsPeersAtOnce() throws Exception {
-        try (Workers w = Workers.start(3, "loop 100000 1 300", 60_000)) {
+        try (Workers w = startLight(3, "loop 100000 1 300", 60_000)) {
             assertTrue(w.awaitLog(1, "FAULT", 120_000), w.log(1));
             long faultAt = System.nanoTime();
             long[] ends = w.awaitExitTimes(90_000);
@@ -530,7 +538,7 @@ class FaultInjectionTest {
      */
     @Test
     void anUnusableBufferInOneProcessIsRefusedByEveryProcessAndTheGroupGoesOn() throws Exception {
-        try (Workers w = Workers.start(3, "refusals", TIMEOUT_MS)) {
+        try (Workers w = startLight(3, "refusals", TIMEOUT_MS)) {
             int[] codes = w.awaitExit(120_000);
             for (int r = 0; r < 3; r++) {
                 String log = w.log(r);
@@ -553,7 +561,7 @@ class FaultInjectionTest {
 
     @Test
     void filesOfACrashedOwnerAreSwept() throws Exception {
-        try (Workers w = Workers.start(1, "leak-file", 10_000)) {
+        try (Workers w = startLight(1, "leak-file", 10_000)) {
             assertTrue(w.awaitLog(0, "READY", 30_000), w.log(0));
             String name = w.log(0).lines().filter(l -> l.startsWith("FILE ")).findFirst().orElseThrow().substring(5);
             assertTrue(Files.exists(SharedMemoryFiles.directory().resolve(name)));

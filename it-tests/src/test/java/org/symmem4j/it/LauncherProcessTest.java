@@ -18,6 +18,7 @@ import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 import org.symmem4j.launch.Launcher;
+import org.symmem4j.parallel.ChildJvmFlags;
 
 /**
  * JVM ranks started by the launcher ({@code symmem4j-run}): they join one process group from the
@@ -27,22 +28,19 @@ import org.symmem4j.launch.Launcher;
  */
 class LauncherProcessTest {
 
-    /** Runs the launcher in this JVM: {@code n} ranks of {@link ProcessWorker} running {@code scenario}, output in {@code logDir}. */
-    static Launcher.Result launch(Path logDir, int n, String... scenario) {
-        return launch(logDir, n, List.of(), scenario);
-    }
-
-    /** As {@link #launch(Path, int, String...)}, with more options of the launcher. */
-    static Launcher.Result launch(Path logDir, int n, List<String> options, String... scenario) {
-        return launch(logDir, Integer.toString(n), options, scenario);
-    }
-
-    /** As {@link #launch(Path, int, List, String...)}, with {@code --nproc-per-node} as given ({@code MIN:MAX}). */
-    static Launcher.Result launch(Path logDir, String nproc, List<String> options, String... scenario) {
+    /**
+     * Runs the launcher in this JVM: {@code --nproc-per-node nproc} ({@code N} or {@code MIN:MAX}) ranks of
+     * {@link ProcessWorker} running {@code scenario}, with more of the launcher's {@code options} and more rank JVM
+     * flags {@code jvmFlags}, output in {@code logDir}.
+     */
+    static Launcher.Result launch(Path logDir, String nproc, List<String> options, List<String> jvmFlags,
+                                  String... scenario) {
         List<String> args = new ArrayList<>(options);
         args.addAll(List.of("-n", nproc, "--log-dir", logDir.toString(),
                 "--master-port", Integer.toString(Workers.freePort()), "--grace-period", "5", "--java", "-Xmx256m",
-                "-XX:+UseSerialGC", "-Dsymmem4j.timeout.ms=60000", "-cp", System.getProperty("java.class.path"),
+                "-XX:+UseSerialGC"));
+        args.addAll(jvmFlags);
+        args.addAll(List.of("-Dsymmem4j.timeout.ms=60000", "-cp", System.getProperty("java.class.path"),
                 ProcessWorker.class.getName()));
         args.addAll(List.of(scenario));
         return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
@@ -51,7 +49,7 @@ class LauncherProcessTest {
     @ParameterizedTest(name = "{0} processes")
     @ValueSource(ints = {2, 4})
     void everyCollectiveAcrossLaunchedProcesses(int n, @TempDir Path logs) throws IOException {
-        Launcher.Result r = launch(logs, n, "collectives");
+        Launcher.Result r = launch(logs, Integer.toString(n), List.of(), List.of(), "collectives"); // C2, as users run it
         assertEquals(0, r.status(), r.err() + "\n" + tail(r.out()));
         String[] rank0 = checksums(Files.readString(logs.resolve("rank-0.log")));
         assertTrue(rank0.length > 100, "expected a checksum per case, found " + rank0.length);
@@ -66,7 +64,8 @@ class LauncherProcessTest {
     @Test
     void aCrashedRankFailsTheJobWithItsCodeAndTheOthersAreStopped(@TempDir Path logs) throws IOException {
         // rank 1 halts at iteration 300 of an endless all-reduce loop; rank 0 would wait for it in a collective
-        Launcher.Result r = launch(logs, 2, "loop", Long.toString(Long.MAX_VALUE), "1", "300", "halt");
+        Launcher.Result r = launch(logs, "2", List.of(), ChildJvmFlags.get(), "loop", Long.toString(Long.MAX_VALUE), "1",
+                "300", "halt");
         assertEquals(7, r.status(), r.err());
         assertTrue(r.err().contains("rank 1 (local rank 1, pid ") && r.err().contains("exited with code 7"), r.err());
         assertTrue(Files.readString(logs.resolve("rank-1.log")).contains("HALT with code 7 at iteration 300"),
@@ -77,7 +76,7 @@ class LauncherProcessTest {
     @Timeout(300)
     void aJobWhoseRankCrashesIsRestartedAndTheNewGenerationFormsItsGroup(@TempDir Path logs) throws IOException {
         // generation 0: rank 1 halts at iteration 300; generation 1 (a new run id, port and secret) runs all 1000
-        Launcher.Result r = launch(logs, 2, List.of("--max-restarts", "1", "--restart-delay", "0"),
+        Launcher.Result r = launch(logs, "2", List.of("--max-restarts", "1", "--restart-delay", "0"), ChildJvmFlags.get(),
                 "loop", "1000", "1", "300", "halt-once");
         assertEquals(0, r.status(), r.err() + "\n" + tail(r.out()));
         assertTrue(r.err().contains("generation 0 failed: rank 1 (local rank 1, pid ") && r.err().contains("exited with code 7")
@@ -101,7 +100,7 @@ class LauncherProcessTest {
     @Test
     @Timeout(300)
     void anElasticJobWhoseSlotCannotBeRefilledGoesOnWithFewerProcesses(@TempDir Path logs) throws IOException {
-        Launcher.Result r = launch(logs, "2:3", List.of("--max-restarts", "3", "--restart-delay", "0"),
+        Launcher.Result r = launch(logs, "2:3", List.of("--max-restarts", "3", "--restart-delay", "0"), ChildJvmFlags.get(),
                 "loop", "400", "2", "100", "halt");
         String log = r.err() + "\n" + tail(r.out());
         assertEquals(0, r.status(), log);

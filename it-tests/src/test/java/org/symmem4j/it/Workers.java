@@ -12,6 +12,7 @@ import java.util.Map;
 import java.util.Optional;
 import java.util.UUID;
 import java.util.concurrent.TimeUnit;
+import org.symmem4j.parallel.ChildJvmFlags;
 
 /**
  * Starts worker JVMs (one per rank) running {@link ProcessWorker} with torchrun's variables, as a
@@ -23,36 +24,47 @@ final class Workers implements AutoCloseable {
 
     /** How to start a job. */
     record Launch(int worldSize, String scenario, long timeoutMillis, int port, String runId, boolean ownShell,
-                  int unreapedRank, Map<String, String> extraEnv) {
+                  int unreapedRank, Map<String, String> extraEnv, boolean lightJvm) {
 
         static Launch of(int worldSize, String scenario, long timeoutMillis) {
-            return new Launch(worldSize, scenario, timeoutMillis, freePort(), "it-" + UUID.randomUUID(), false, -1, Map.of());
+            return new Launch(worldSize, scenario, timeoutMillis, freePort(), "it-" + UUID.randomUUID(), false, -1, Map.of(),
+                    false);
+        }
+
+        /**
+         * The ranks take {@link ChildJvmFlags} (C1 only in the build): for a job whose ranks run for a few seconds
+         * (set-up, a few hundred small all-reduces, a wait for a peer), where C2's compiling is most of their CPU. Not
+         * for collectives checked for correctness, nor for long or large loops: C1 runs the Vector API's loops several
+         * times slower (a 4-rank RING of 1 MiB: 3x the CPU; bench/results/2026-11-30-ci-time-it.md).
+         */
+        Launch light() {
+            return new Launch(worldSize, scenario, timeoutMillis, port, runId, ownShell, unreapedRank, extraEnv, true);
         }
 
         Launch onPort(int p) {
-            return new Launch(worldSize, scenario, timeoutMillis, p, runId, ownShell, unreapedRank, extraEnv);
+            return new Launch(worldSize, scenario, timeoutMillis, p, runId, ownShell, unreapedRank, extraEnv, lightJvm);
         }
 
         /** All ranks started by one shell of their own, with no run id set: the default (their parent) applies. */
         Launch launchedByOwnShell() {
-            return new Launch(worldSize, scenario, timeoutMillis, port, null, true, unreapedRank, extraEnv);
+            return new Launch(worldSize, scenario, timeoutMillis, port, null, true, unreapedRank, extraEnv, lightJvm);
         }
 
         /** Every rank started with run id {@code id}, or, when null, with none (the default, this JVM's pid, applies). */
         Launch withRunId(String id) {
-            return new Launch(worldSize, scenario, timeoutMillis, port, id, ownShell, unreapedRank, extraEnv);
+            return new Launch(worldSize, scenario, timeoutMillis, port, id, ownShell, unreapedRank, extraEnv, lightJvm);
         }
 
         /** Rank {@code r}'s parent is a process that never reaps its children. */
         Launch unreaped(int r) {
-            return new Launch(worldSize, scenario, timeoutMillis, port, runId, ownShell, r, extraEnv);
+            return new Launch(worldSize, scenario, timeoutMillis, port, runId, ownShell, r, extraEnv, lightJvm);
         }
 
         /** Every rank also gets environment variable {@code name=value}. */
         Launch withEnv(String name, String value) {
             Map<String, String> env = new java.util.LinkedHashMap<>(extraEnv);
             env.put(name, value);
-            return new Launch(worldSize, scenario, timeoutMillis, port, runId, ownShell, unreapedRank, Map.copyOf(env));
+            return new Launch(worldSize, scenario, timeoutMillis, port, runId, ownShell, unreapedRank, Map.copyOf(env), lightJvm);
         }
     }
 
@@ -117,9 +129,12 @@ final class Workers implements AutoCloseable {
                 }
             }
             List<String> cmd = new ArrayList<>(List.of(java, "--enable-native-access=ALL-UNNAMED",
-                    "--add-modules=jdk.incubator.vector", "-Xmx256m", "-XX:+UseSerialGC",
-                    "-Dsymmem4j.timeout.ms=" + launch.timeoutMillis(), "-cp", System.getProperty("java.class.path"),
-                    ProcessWorker.class.getName()));
+                    "--add-modules=jdk.incubator.vector", "-Xmx256m", "-XX:+UseSerialGC"));
+            if (launch.lightJvm()) {
+                cmd.addAll(ChildJvmFlags.get());
+            }
+            cmd.addAll(List.of("-Dsymmem4j.timeout.ms=" + launch.timeoutMillis(), "-cp",
+                    System.getProperty("java.class.path"), ProcessWorker.class.getName()));
             cmd.addAll(List.of(launch.scenario().split(" ")));
             Path log = logDir.resolve(launch.scenario().replace(' ', '-') + "-ws" + launch.worldSize() + "-rank" + rank
                     + "-" + launch.port() + "-" + System.nanoTime() + ".log");

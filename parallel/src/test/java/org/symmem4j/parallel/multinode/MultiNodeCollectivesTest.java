@@ -14,6 +14,7 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.ChildJvmFlags;
 
 /**
  * One machine pretending to be two: {@code mpirun -np 4} with Open MPI's TCP transport only (its shared
@@ -47,7 +48,11 @@ class MultiNodeCollectivesTest {
     record Run(int status, String out) {
     }
 
-    static Run mpirun(int ranks, String... workerArgs) throws IOException, InterruptedException {
+    /**
+     * Runs {@link MultiNodeWorker} on {@code ranks} processes, 2 to a pretended machine, with more JVM flags
+     * {@code jvmFlags} ({@link ChildJvmFlags} for the failure jobs; none for the float64 check, which runs C2's code).
+     */
+    static Run mpirun(int ranks, List<String> jvmFlags, String... workerArgs) throws IOException, InterruptedException {
         int port;
         try (ServerSocket s = new ServerSocket(0)) {
             port = s.getLocalPort();
@@ -58,7 +63,9 @@ class MultiNodeCollectivesTest {
                 "-x", "SYMMEM4J_RUN_ID=multinode-test-" + port,
                 "-x", "SYMMEM4J_SECRET=multinode-test-secret-of-enough-bytes-" + port,
                 Path.of(System.getProperty("java.home"), "bin", "java").toString(), "--enable-native-access=ALL-UNNAMED",
-                "-Xmx256m", "-Dsymmem4j.pretend.ranks.per.node=2", "-cp", System.getProperty("java.class.path"),
+                "-Xmx256m"));
+        cmd.addAll(jvmFlags);
+        cmd.addAll(List.of("-Dsymmem4j.pretend.ranks.per.node=2", "-cp", System.getProperty("java.class.path"),
                 MultiNodeWorker.class.getName()));
         cmd.addAll(List.of(workerArgs));
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
@@ -90,7 +97,7 @@ class MultiNodeCollectivesTest {
     @Test
     void twoPretendMachinesOfTwoRanksAgreeWithTheFloat64Reference() throws Exception {
         requireMpi();
-        Run run = mpirun(4);
+        Run run = mpirun(4, List.of());
         assertEquals(0, run.status(), run.out());
         for (int r = 0; r < 4; r++) {
             assertTrue(run.out().contains("rank " + r + " OK: "), "rank " + r + " checked every collective:\n" + run.out());
@@ -101,7 +108,7 @@ class MultiNodeCollectivesTest {
     @Test
     void aProcessKilledMidRunFailsTheJob() throws Exception {
         requireMpi();
-        Run run = mpirun(4, "die-at-allreduce");
+        Run run = mpirun(4, ChildJvmFlags.get(), "die-at-allreduce");
         assertNotEquals(0, run.status(), run.out());
         assertTrue(run.out().contains("rank 3 halts now"), run.out());
         assertTrue(!run.out().contains("without rank 3"), "no rank finished the collective without rank 3:\n" + run.out());
@@ -116,7 +123,7 @@ class MultiNodeCollectivesTest {
     @Test
     void aBadArgumentOnOneRankIsRefusedOnEveryRankOfEveryMachine() throws Exception {
         requireMpi();
-        Run run = mpirun(4, "refusals");
+        Run run = mpirun(4, ChildJvmFlags.get(), "refusals");
         assertEquals(0, run.status(), run.out());
         for (int r = 0; r < 4; r++) {
             assertTrue(run.out().contains("rank " + r + " REFUSALS OK: 21 cases"), "rank " + r + ":\n" + run.out());
