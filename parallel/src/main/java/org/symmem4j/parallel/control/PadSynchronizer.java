@@ -274,9 +274,9 @@ public final class PadSynchronizer implements WaitSubject {
         boolean ownLineInEntry = shadowRecorder != null && FlightRecorder.OWN_LINE;
         MemorySegment ownTarget = ownLineInEntry ? shadowRecorder.ownLineSegment() : ownPad;
         long ownOffset = ownLineInEntry ? shadowRecorder.ownLineOffset(seq) : myLine;
-        // the peers' lines first, this rank's own line last: a store that misses the cache (the recorder's entry is a
-        // new line every collective) would hold back every later store on x86, whose stores drain in order, so it goes
-        // after the releases that peers wait for, and drains while this rank waits for them
+        // the peers' lines first, this rank's own line last: nothing goes before the releases the peers wait for (the
+        // recorder's entry is a new line every collective, and x86 drains stores in order); no gain was measurable on
+        // 32 cores (bench/results/2026-11-30-recorder-own-line-32core.md), the order is kept as the one that cannot hurt
         for (int i = 1; i <= worldSize; i++) {
             int p = rank + i < worldSize ? rank + i : rank + i - worldSize;
             boolean own = p == rank;
