@@ -4,6 +4,8 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 
+import org.symmem4j.parallel.ChildJvmFlags;
+
 /**
  * The command lines of the JVMs the examples' tests launch (ranks under {@code symmem4j-run --java}, example programs
  * run directly, launchers): one place for their flags.
@@ -27,8 +29,12 @@ final class LaunchedJvm {
     static final List<String> RUNTIME_FLAGS = List.of("--enable-native-access=ALL-UNNAMED",
             "--add-modules=jdk.incubator.vector", "--sun-misc-unsafe-memory-access=allow");
 
-    /** Test-only flags for short JVMs: C1 only, the serial collector (see the class comment for why and how much). */
-    static final List<String> LIGHT = List.of("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC");
+    /**
+     * Test-only flags for short JVMs (see the class comment for why and how much): the build's flags for the JVMs tests
+     * launch, {@link ChildJvmFlags} (C1 only: Maven property {@code symmem4j.test.child.jvm.flags}, one setting for
+     * every module's launched JVMs), and the serial collector, which these DL4J JVMs take on top.
+     */
+    static final List<String> LIGHT = light();
 
     /**
      * {@code -Dsymmem4j.test.defaultJvms=true}: launch with the JVM's defaults instead of {@link #LIGHT}, as a user's
@@ -37,6 +43,12 @@ final class LaunchedJvm {
     static final String DEFAULT_JVMS = "symmem4j.test.defaultJvms";
 
     private LaunchedJvm() {
+    }
+
+    private static List<String> light() {
+        List<String> flags = new ArrayList<>(ChildJvmFlags.get());
+        flags.add("-XX:+UseSerialGC");
+        return List.copyOf(flags);
     }
 
     /** This JDK's {@code java}. */
