@@ -216,11 +216,12 @@ final class RendezvousHost implements AutoCloseable {
             return;
         }
         if (g <= closed) {
+            // said before the answer: once the late launcher reads its refusal, node 0's log has it too
+            say("refused launcher " + c.id + ": it joined round " + g + ", which closed already");
             c.send("REFUSED round " + g + " of the rendezvous closed already (the job runs generation " + closed + " on "
                     + members.size() + " machine(s)); launcher " + c.id + " arrived after it closed and is not part of"
                     + " the job (fix: start it together with the others, within --rdzv-last-call of the MIN-th, or start"
                     + " a new job with its own --run-id)");
-            say("refused launcher " + c.id + ": it joined round " + g + ", which closed already");
             return;
         }
         if (g != closed + 1 || joining.contains(c)) {
