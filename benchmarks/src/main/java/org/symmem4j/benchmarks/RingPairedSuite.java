@@ -87,7 +87,7 @@ public final class RingPairedSuite {
                 + " throughput at a held level")
         boolean roundTrip;
         @Option(names = "--control", paramLabel = "-Dname=value", description = "a system property that selects the"
-                + " old path of a change of ours (e.g. -Dsymmem4j.ring.inlineCopy=false): each fork of the default is"
+                + " old path of a change of ours (e.g. -Dsymmem4j.ring.headerLineFirst=false): each fork of the default is"
                 + " paired with a fork of its own under it (ABBA over the fork pairs, the peer too); the report adds the"
                 + " control's rows and the change's effect with a 95 %% t interval over the fork pairs")
         String control;
@@ -176,7 +176,7 @@ public final class RingPairedSuite {
         }
         if (flags.control != null && !flags.control.matches("-Dsymmem4j\\.[A-Za-z0-9_.]+=\\S+")) {
             throw new IllegalArgumentException("--control=" + flags.control + " expected one system property of"
-                    + " symmem4j's, -Dsymmem4j.NAME=VALUE (fix: e.g. --control -Dsymmem4j.ring.inlineCopy=false)");
+                    + " symmem4j's, -Dsymmem4j.NAME=VALUE (fix: e.g. --control -Dsymmem4j.ring.headerLineFirst=false)");
         }
         RingFillBenchmark.checkSizesAndFills(flags.sizes, flags.roundTrip ? new int[0] : flags.fills);
         return flags;

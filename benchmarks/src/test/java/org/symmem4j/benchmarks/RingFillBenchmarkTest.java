@@ -183,7 +183,7 @@ class RingFillBenchmarkTest {
         RingPairedSuite.Cell a = RingPairedSuite.cell(RingPair.Kind.SYMMEM_ONE_TO_ONE, RingPair.Kind.AGRONA_ONE_TO_ONE,
                 64, 0, 50, change, null);
         RingPairedSuite.Cell b = RingPairedSuite.cell(RingPair.Kind.SYMMEM_ONE_TO_ONE, RingPair.Kind.AGRONA_ONE_TO_ONE,
-                64, 0, 50, control, "-Dsymmem4j.ring.inlineCopy=false");
+                64, 0, 50, control, "-Dsymmem4j.ring.headerLineFirst=false");
         java.util.List<RingPairedSuite.Effect> effects = RingPairedSuite.effects(java.util.List.of(a, b));
         assertEquals(1, effects.size());
         RingPairedSuite.Effect e = effects.get(0);
@@ -194,25 +194,25 @@ class RingFillBenchmarkTest {
         assertEquals("the change lowers it", e.verdict());
         RingPairedSuite.Flags flags = new RingPairedSuite.Flags();
         flags.roundTrip = true;
-        flags.control = "-Dsymmem4j.ring.inlineCopy=false";
+        flags.control = "-Dsymmem4j.ring.headerLineFirst=false";
         String md = RingPairedSuite.report(flags, java.util.List.of(a, b));
-        assertTrue(md.contains("### The change against its control (-Dsymmem4j.ring.inlineCopy=false)")
+        assertTrue(md.contains("### The change against its control (-Dsymmem4j.ring.headerLineFirst=false)")
                 && md.contains("| +5.00 % | +10.00 % | -5.00 (-5.00 … -5.00) | the change lowers it |")
-                && md.contains("symmem4j offer [-Dsymmem4j.ring.inlineCopy=false]"), md);
+                && md.contains("symmem4j offer [-Dsymmem4j.ring.headerLineFirst=false]"), md);
         // one pair better, one worse: no verdict
         RingPairedSuite.Cell worse = RingPairedSuite.cell(RingPair.Kind.SYMMEM_ONE_TO_ONE,
                 RingPair.Kind.AGRONA_ONE_TO_ONE, 64, 0, 50, java.util.List.of(roundTrips(0.5, 1.05),
                         roundTrips(0.5, 1.10)), null);
         RingPairedSuite.Cell mixed = RingPairedSuite.cell(RingPair.Kind.SYMMEM_ONE_TO_ONE,
                 RingPair.Kind.AGRONA_ONE_TO_ONE, 64, 0, 50, java.util.List.of(roundTrips(0.5, 1.10),
-                        roundTrips(0.5, 1.05)), "-Dsymmem4j.ring.inlineCopy=false");
+                        roundTrips(0.5, 1.05)), "-Dsymmem4j.ring.headerLineFirst=false");
         assertEquals("undecided (the interval spans 0)", RingPairedSuite.Effect.of(worse, mixed).verdict());
         RingPairedSuite.Flags bad = new RingPairedSuite.Flags();
-        bad.control = "symmem4j.ring.inlineCopy=false";
+        bad.control = "symmem4j.ring.headerLineFirst=false";
         var refused = assertThrows(IllegalArgumentException.class, () -> RingPairedSuite.check(bad));
-        assertTrue(refused.getMessage().contains("fix: e.g. --control -Dsymmem4j.ring.inlineCopy=false"),
+        assertTrue(refused.getMessage().contains("fix: e.g. --control -Dsymmem4j.ring.headerLineFirst=false"),
                 refused.getMessage());
-        bad.control = "-Dsymmem4j.ring.inlineCopy=false";
+        bad.control = "-Dsymmem4j.ring.headerLineFirst=false";
         assertEquals(bad, RingPairedSuite.check(bad));
     }
 

@@ -45,19 +45,6 @@ final class PayloadCopy {
      * ({@code -Dsymmem4j.ring.headerLineFirst=false}); see the class comment.
      */
     static final boolean HEADER_LINE_FIRST = headerLineFirst(System.getProperty("symmem4j.ring.headerLineFirst"));
-    /**
-     * Whether {@link SymmetricRingBuffer#offer} copies the payload of a ring with an address in its own code, by address
-     * ({@link RingBufferLayout#copyPayloadAt}: one {@code MemorySegment.copy} into the all-of-memory segment), with the
-     * header line first, as a claim written by its caller does. Off by default: measured on 32 idle cores against the
-     * call of {@link #copy} in the same run, fork pair by fork pair, it made the 64 B one-to-one round trip 12.7 points
-     * slower against Agrona's (+20.9 % against +8.1 %; {@code bench/results/2026-11-30-ring-offer-inline-copy-32core.md}):
-     * the copy in offer's code makes its C2 code ~3.3 KB instead of ~1.9 KB, over {@code InlineSmallCode}, so callers
-     * call offer. {@code -Dsymmem4j.ring.inlineCopy=true} selects it (kept for the benchmark's paired control). Only with
-     * {@link #HEADER_LINE_FIRST}: the header-line-last order always takes {@link #copy}.
-     */
-    static final boolean INLINE_COPY = flag("symmem4j.ring.inlineCopy",
-            System.getProperty("symmem4j.ring.inlineCopy", "false"),
-            "-Dsymmem4j.ring.inlineCopy=true for offer's own copy, or false (the default)") && HEADER_LINE_FIRST;
 
     private PayloadCopy() {
     }
@@ -70,28 +57,14 @@ final class PayloadCopy {
      * @return whether the header line goes first
      */
     static boolean headerLineFirst(String value) {
-        return flag("symmem4j.ring.headerLineFirst", value,
-                "-Dsymmem4j.ring.headerLineFirst=false for the header-line-last order");
-    }
-
-    /**
-     * Reads a switch of the copy, true unless set: anything but true or false is refused, so that a misspelt control
-     * run does not measure the default while claiming the other path.
-     *
-     * @param name    the property's name
-     * @param value   its value, or null
-     * @param control the setting that selects the other path, for the message
-     * @return the switch
-     */
-    static boolean flag(String name, String value, String control) {
         if (value == null || value.isBlank() || value.trim().equalsIgnoreCase("true")) {
             return true;
         }
         if (value.trim().equalsIgnoreCase("false")) {
             return false;
         }
-        throw new IllegalArgumentException(name + "=" + value + " expected true or false (fix: pass " + control
-                + ", or leave it unset)");
+        throw new IllegalArgumentException("symmem4j.ring.headerLineFirst=" + value + " expected true or false (fix:"
+                + " pass -Dsymmem4j.ring.headerLineFirst=false for the header-line-last order, or leave it unset)");
     }
 
     /**

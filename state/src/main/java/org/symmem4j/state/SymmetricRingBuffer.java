@@ -263,16 +263,9 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         if (index < 0) {
             return false;
         }
-        if (PayloadCopy.INLINE_COPY & ringAddress >= 0) {
-            // the payload in one forward copy by address, in offer's own code (no call of offer's own), as a claim's
-            // writer copies: plain stores, published by the commit below (the record's header line was stored first,
-            // by reserve); the source's bounds were checked above (and the copy checks them again)
-            RingBufferLayout.copyPayloadAt(src, offset, ringAddress, index + RECORD_HEADER_BYTES, length);
-        } else {
-            // the payload, in PayloadCopy's order of cache lines: plain stores, published by the commit below
-            PayloadCopy.copy(src, offset, ringAddress, data, index + RECORD_HEADER_BYTES, length,
-                    PayloadCopy.HEADER_LINE_FIRST);
-        }
+        // the payload, in PayloadCopy's order of cache lines: plain stores, published by the commit below
+        PayloadCopy.copy(src, offset, ringAddress, data, index + RECORD_HEADER_BYTES, length,
+                PayloadCopy.HEADER_LINE_FIRST);
         // release: publishes the payload to the consumer's acquire of the header word
         commitRecord(index, length + RECORD_HEADER_BYTES, msgTypeId);
         return true;

@@ -18,8 +18,7 @@ import org.symmem4j.parallel.layout.RingBufferLayout;
  * lines, at every 8-aligned place on two lines of a ring whose data starts on a line, from a byte array (the short
  * path up to 64 bytes, the split bulk copy above) and from native memory (always the bulk copy), and nothing before or
  * after them; a ring without an address (a heap segment) takes the one checked copy. Both orders of cache lines
- * ({@link PayloadCopy#HEADER_LINE_FIRST} and its opposite) are checked, whichever the property chose, and so is
- * {@code offer}'s copy by address ({@link RingBufferLayout#copyPayloadAt}, {@link PayloadCopy#INLINE_COPY}).
+ * ({@link PayloadCopy#HEADER_LINE_FIRST} and its opposite) are checked, whichever the property chose.
  */
 class PayloadCopyTest {
 
@@ -42,9 +41,8 @@ class PayloadCopyTest {
             for (int at = RingBufferLayout.RECORD_HEADER_BYTES; at < 2 * RingBufferLayout.CACHE_LINE_BYTES;
                  at += RingBufferLayout.RECORD_ALIGNMENT) {
                 for (int length = 0; length <= MAX_LENGTH; length++) {
-                    for (int n = 0; n < 9; n++) {
-                        boolean headerLineFirst = n < 3 || n >= 6; // both orders, from each source
-                        boolean inline = n >= 6; // and offer's copy by address (RingBufferLayout.copyPayloadAt)
+                    for (int n = 0; n < 6; n++) {
+                        boolean headerLineFirst = n < 3; // both orders, from each source
                         int from = n % 3;
                         random.nextBytes(source);
                         int offset = 5 + from; // any alignment in the source
@@ -55,14 +53,8 @@ class PayloadCopyTest {
                         };
                         long srcOffset = from == 2 ? offset - 2 : offset;
                         String where = "at=" + at + " length=" + length + " source=" + from + " headerLineFirst="
-                                + headerLineFirst + " inline=" + inline;
+                                + headerLineFirst;
                         data.fill(FILL);
-                        if (inline) {
-                            // only a ring with an address copies by address; one without takes PayloadCopy.copy
-                            RingBufferLayout.copyPayloadAt(src, srcOffset, RingBufferLayout.address(ring), at, length);
-                            check(data, at, length, source, offset, where);
-                            continue;
-                        }
                         PayloadCopy.copy(src, srcOffset, RingBufferLayout.address(ring), data, at, length,
                                 headerLineFirst);
                         check(data, at, length, source, offset, where);
@@ -77,7 +69,7 @@ class PayloadCopyTest {
     }
 
     @Test
-    void theSwitchesTakeTrueOrFalseAndRefuseAnythingElse() {
+    void theOrderPropertyTakesTrueOrFalseAndRefusesAnythingElse() {
         assertTrue(PayloadCopy.headerLineFirst(null));
         assertTrue(PayloadCopy.headerLineFirst(" TRUE "));
         assertFalse(PayloadCopy.headerLineFirst("false"));
@@ -85,11 +77,6 @@ class PayloadCopyTest {
                 () -> PayloadCopy.headerLineFirst("flase"));
         assertTrue(e.getMessage().contains("symmem4j.ring.headerLineFirst=flase expected true or false (fix:"),
                 e.getMessage());
-        IllegalArgumentException inline = assertThrows(IllegalArgumentException.class,
-                () -> PayloadCopy.flag("symmem4j.ring.inlineCopy", "no", "-Dsymmem4j.ring.inlineCopy=false"));
-        assertTrue(inline.getMessage().contains("symmem4j.ring.inlineCopy=no expected true or false (fix: pass"
-                + " -Dsymmem4j.ring.inlineCopy=false"), inline.getMessage());
-        assertFalse(PayloadCopy.flag("symmem4j.ring.inlineCopy", "False", "-"));
     }
 
     private static void check(MemorySegment data, int at, int length, byte[] source, int offset, String where) {

@@ -494,25 +494,6 @@ public final class RingBufferLayout {
     }
 
     /**
-     * Copies a payload into a record at a ring's {@link #address}, forward, with plain stores published by the record's
-     * {@link #commitRecordAt} after it: one {@code MemorySegment.copy} into the all-of-memory segment, so that the JIT
-     * folds the destination's bounds, read-only and liveness checks (the source's stay), in its element form (byte to
-     * byte, whose layout checks fold too), which goes straight to the JDK's copy stub whatever the length, as Agrona's
-     * {@code putBytes} does; the plain form copies payloads under 64 bytes in a loop of its own (8-, 4-, 2- and 1-byte
-     * steps, after an overlap test): more compiled code in the producer's {@code offer}, which holds this copy.
-     *
-     * @param src         the bytes
-     * @param srcOffset   where the payload starts in {@code src}
-     * @param ringAddress the ring's address
-     * @param dataOffset  byte offset of the payload in the data ring, inside a record this producer claimed
-     * @param length      payload bytes
-     */
-    public static void copyPayloadAt(MemorySegment src, long srcOffset, long ringAddress, long dataOffset, int length) {
-        MemorySegment.copy(src, ValueLayout.JAVA_BYTE, srcOffset, EVERYTHING, ValueLayout.JAVA_BYTE,
-                ringAddress + DATA_OFFSET + dataOffset, length);
-    }
-
-    /**
      * The length field of a header word.
      *
      * @param header the header word
