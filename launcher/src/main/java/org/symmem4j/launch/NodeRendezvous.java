@@ -165,6 +165,13 @@ final class NodeRendezvous {
                 Socket s = new Socket();
                 try {
                     s.connect(new InetSocketAddress(host, port), (int) HANDSHAKE.toMillis());
+                    if (s.getLocalPort() == s.getPort() && s.getLocalAddress().equals(s.getInetAddress())) {
+                        // connected to itself: node 0's launcher does not listen yet and the system gave this socket
+                        // that port; a normal close would hold it in TIME_WAIT for 60 s, so reset it (the runtime's
+                        // SelfConnection tells the whole story; the launcher does not load the runtime)
+                        s.setSoLinger(true, 0);
+                        throw new IOException("connected to itself at " + where + " (nothing listened yet)");
+                    }
                     s.setSoTimeout((int) HANDSHAKE.toMillis());
                     s.setTcpNoDelay(true);
                     Member m = new Member(s, where, timeout);

@@ -152,6 +152,12 @@ public final class TcpStoreClient implements RendezvousStore {
                 throw new Retry("connect failed: " + e + " (rank 0 hosts the store; fix: check that it started and that"
                         + " MASTER_ADDR/MASTER_PORT match on every rank)", e);
             }
+            if (SelfConnection.isSelfConnected(s)) {
+                // before rank 0 listens; a normal close would hold the port in TIME_WAIT for 60 s (SelfConnection)
+                String self = SelfConnection.describe(s);
+                SelfConnection.discard(s);
+                throw new Retry("connect failed: " + self, null);
+            }
             // the handshake must finish promptly: a listener that accepts and never answers is not a store
             s.setSoTimeout(attemptMs);
             DataInputStream i = new DataInputStream(new BufferedInputStream(s.getInputStream()));
@@ -307,6 +313,10 @@ public final class TcpStoreClient implements RendezvousStore {
         try (Socket s = new Socket()) {
             int ms = (int) Math.max(1, Math.min(Integer.MAX_VALUE, timeout.toMillis()));
             s.connect(new InetSocketAddress(host, port), ms);
+            if (SelfConnection.isSelfConnected(s)) {
+                SelfConnection.discard(s); // no store listens: keep the port free (SelfConnection)
+                return null;
+            }
             s.setSoTimeout(ms);
             DataInputStream i = new DataInputStream(new BufferedInputStream(s.getInputStream()));
             DataOutputStream o = new DataOutputStream(new BufferedOutputStream(s.getOutputStream()));
