@@ -6,7 +6,7 @@
 #      and `mkdocs-material` (apt-get install mkdocs mkdocs-material), as .ci/run installs them.
 # The java blocks of the same files are compiled by DocsSnippetsTest (examples), part of `mvn verify`;
 # --snippets runs that test here too (it builds what it needs with Maven, offline).
-# --javadoc first copies each library module's javadoc (built by `mvn package`/`verify` into
+# --javadoc first copies each library module's javadoc (built by `mvn -Prelease package` into
 # <module>/target/reports/apidocs) to docs/api/<module>/ (git-ignored), so the site serves it under api/.
 #
 #   bench/check-docs.sh [--javadoc] [--snippets]
@@ -39,7 +39,7 @@ if [ "$javadoc" = 1 ]; then
       fi
     done
   done
-  [ "$copied" -gt 0 ] || { echo "check-docs: no javadoc under <module>/target/reports/apidocs: run 'mvn -DskipTests package' first" >&2; exit 1; }
+  [ "$copied" -gt 0 ] || { echo "check-docs: no javadoc under <module>/target/reports/apidocs: run 'mvn -Prelease -DskipTests package' first (the javadoc is built by the release profile)" >&2; exit 1; }
   echo "check-docs: javadoc of $copied modules copied to docs/api/"
 fi
 
