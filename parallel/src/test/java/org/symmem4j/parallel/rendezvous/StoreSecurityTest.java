@@ -210,8 +210,9 @@ class StoreSecurityTest {
     @Test
     void announcedLengthsTakeNoMemoryAndBreakingLimitsDropsTheConnection() throws Exception {
         JobIdentity wide = new JobIdentity(JOB.runId(), 0, 48);
-        // requestTimeout runs from a request's first byte: rank 1's whole request comes at once, far inside 1 s
-        try (TcpStoreServer server = server(wide, StoreLimits.defaults(48).withRequestTimeout(Duration.ofSeconds(1)));
+        // 2 s: the 40 stalled requests must still be held when heldBytes is read (creating them takes over 1 s on a
+        // loaded 2-core machine; a shorter requestTimeout would drop the first before the check, which then could not fail)
+        try (TcpStoreServer server = server(wide, StoreLimits.defaults(48).withRequestTimeout(Duration.ofSeconds(2)));
              TcpStoreClient rank1 = client(server.port(), wide, 1, SECRET, Duration.ofSeconds(5))) {
             // 40 authenticated connections each announce a 4 MiB value and send nothing more.
             List<Socket> sockets = new ArrayList<>();
