@@ -10,6 +10,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.junit.jupiter.api.Assumptions;
@@ -32,11 +33,58 @@ import org.symmem4j.parallel.ChildJvmFlags;
  * order); 2 machines of 2 ranks agree to float32 rounding (the hierarchical sums associate as
  * {@code (g0 + g1) + (g2 + g3)}, one machine's as {@code ((g0 + g1) + g2) + g3}); ZeRO stages 1 and 2 likewise.
  * Every rank's parameters are the same bits. Skipped where Open MPI is not
- * installed, unless {@code SYMMEM4J_REQUIRE_MPI=1} (CI) makes that a failure.
+ * installed, unless {@code SYMMEM4J_REQUIRE_MPI=1} (CI) makes that a failure. The cases of one layout share one
+ * {@code mpirun}, whose processes train each case's mode one after another ({@link #job}): every launch costs each
+ * process a JVM and ND4J to start, about 3 s of CI's 2 cores per process.
  */
 class MultiNodeDataParallelTest {
 
     private static final int BATCHES = 4 * 4;
+
+    /** The modes that one {@code mpirun} of a layout trains, keyed by {@code ranks x perMachine}. */
+    private static final Map<String, List<String>> MODES = Map.of(
+            "2x1", List.of(MultiNodeDataParallelWorker.PLAIN, ZeroStage.OPTIMIZER_STATE.name(), ZeroStage.GRADIENTS.name()),
+            "4x2", List.of(MultiNodeDataParallelWorker.PLAIN, ZeroStage.GRADIENTS.name(), MultiNodeDataParallelWorker.HSDP,
+                    MultiNodeDataParallelWorker.DP_TP));
+
+    /** The output of each layout's {@code mpirun} that ended well, by layout. */
+    private static final Map<String, String> JOBS = new java.util.concurrent.ConcurrentHashMap<>();
+
+    @TempDir
+    static Path jobs;
+
+    /**
+     * Runs (once per layout, for every case of it) the worker on {@code ranks} processes, {@code perMachine} to a
+     * pretended machine, in every mode of {@link #MODES}; returns the lines of {@code mode} (without their
+     * {@code [mode] } prefix) and the folder that mode's rank 0 wrote into.
+     */
+    static Job job(int ranks, int perMachine, String mode) throws IOException, InterruptedException {
+        String layout = ranks + "x" + perMachine;
+        List<String> modes = MODES.get(layout);
+        assertTrue(modes != null && modes.contains(mode), "mode " + mode + " of layout " + layout + " is in MODES");
+        Path out = jobs.resolve(layout);
+        String text;
+        synchronized (JOBS) {
+            text = JOBS.get(layout);
+            if (text == null) {
+                Files.createDirectories(out);
+                text = mpirun(ranks, perMachine, out, modes.toArray(String[]::new));
+                JOBS.put(layout, text);
+            }
+        }
+        String prefix = "[" + mode + "] ";
+        StringBuilder lines = new StringBuilder();
+        for (String line : text.split("\n")) {
+            if (line.startsWith(prefix)) {
+                lines.append(line, prefix.length(), line.length()).append('\n');
+            }
+        }
+        return new Job(lines.toString(), out.resolve(mode));
+    }
+
+    /** One mode's lines of a shared {@code mpirun}'s output and the folder its rank 0 wrote into. */
+    record Job(String text, Path out) {
+    }
 
     static void requireMpi() {
         boolean present;
@@ -98,9 +146,11 @@ class MultiNodeDataParallelTest {
      * unsharded network on 2 worker threads of one JVM to float32 rounding, and is the same bits on every rank.
      */
     @Test
-    void dataParallelAcrossMachinesWithTensorParallelInsideTrainsLikeTwoWorkerThreads(@TempDir Path out) throws Exception {
+    void dataParallelAcrossMachinesWithTensorParallelInsideTrainsLikeTwoWorkerThreads() throws Exception {
         requireMpi();
-        String text = mpirun(4, 2, out, MultiNodeDataParallelWorker.DP_TP);
+        Job job = job(4, 2, MultiNodeDataParallelWorker.DP_TP);
+        String text = job.text();
+        Path out = job.out();
         java.util.Set<String> crcs = new java.util.HashSet<>();
         for (int r = 0; r < 4; r++) {
             java.util.regex.Matcher m = java.util.regex.Pattern.compile("rank " + r
@@ -128,10 +178,11 @@ class MultiNodeDataParallelTest {
     /** ZeRO across machines: its in-place shard collectives go through the hierarchy (padded blocks). */
     @ParameterizedTest(name = "{0}")
     @EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "GRADIENTS"}) // stage 3 refuses multinode
-    void zeroShardingOnTwoMachinesOfOneRankTrainsBitwiseLikeTwoWorkerThreads(ZeroStage stage, @TempDir Path out)
-            throws Exception {
+    void zeroShardingOnTwoMachinesOfOneRankTrainsBitwiseLikeTwoWorkerThreads(ZeroStage stage) throws Exception {
         requireMpi();
-        assertTrainedHierarchically(mpirun(2, 1, out, stage.name()), 2);
+        Job job = job(2, 1, stage.name());
+        Path out = job.out();
+        assertTrainedHierarchically(job.text(), 2);
         GroupModeTest.Outcome threads = threads(2, stage);
         assertTrue(ModelReplica.bitwiseEqual(threads.params(), Nd4j.readBinary(out.resolve("params.bin").toFile())),
                 stage + ": parameters differ bitwise from 2 worker threads'");
@@ -139,9 +190,11 @@ class MultiNodeDataParallelTest {
     }
 
     @Test
-    void zeroShardingOnTwoMachinesOfTwoRanksTrainsLikeFourWorkerThreadsToRounding(@TempDir Path out) throws Exception {
+    void zeroShardingOnTwoMachinesOfTwoRanksTrainsLikeFourWorkerThreadsToRounding() throws Exception {
         requireMpi();
-        assertTrainedHierarchically(mpirun(4, 2, out, ZeroStage.GRADIENTS.name()), 4);
+        Job job = job(4, 2, ZeroStage.GRADIENTS.name());
+        Path out = job.out();
+        assertTrainedHierarchically(job.text(), 4);
         GroupModeTest.Outcome threads = threads(4, ZeroStage.GRADIENTS);
         double relative = relativeDifference(out, threads);
         System.out.println("ZeRO-2, 2 machines x 2 ranks against 4 worker threads: relative L2 difference " + relative);
@@ -155,9 +208,11 @@ class MultiNodeDataParallelTest {
      * whose one addition has one result in either order), so the parameters and updater state are the same bits.
      */
     @Test
-    void hybridShardingWithAShardGroupPerMachineTrainsBitwiseLikeFourWorkerThreads(@TempDir Path out) throws Exception {
+    void hybridShardingWithAShardGroupPerMachineTrainsBitwiseLikeFourWorkerThreads() throws Exception {
         requireMpi();
-        assertTrainedHierarchically(mpirun(4, 2, out, MultiNodeDataParallelWorker.HSDP), 4);
+        Job job = job(4, 2, MultiNodeDataParallelWorker.HSDP);
+        Path out = job.out();
+        assertTrainedHierarchically(job.text(), 4);
         MultiLayerNetwork model = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
         GroupModeTest.Outcome threads = GroupModeTest.train(model, SymmemParallelWrapper.builder(model).workers(4)
                 .sharding(ZeroStage.PARAMETERS).shardGroupSize(2), Nets.batches(7, BATCHES, 8, DataType.FLOAT), 2);
@@ -203,9 +258,11 @@ class MultiNodeDataParallelTest {
     }
 
     @Test
-    void twoMachinesOfOneRankTrainBitwiseLikeTwoWorkerThreads(@TempDir Path out) throws Exception {
+    void twoMachinesOfOneRankTrainBitwiseLikeTwoWorkerThreads() throws Exception {
         requireMpi();
-        assertTrainedHierarchically(mpirun(2, 1, out), 2);
+        Job job = job(2, 1, MultiNodeDataParallelWorker.PLAIN);
+        Path out = job.out();
+        assertTrainedHierarchically(job.text(), 2);
         GroupModeTest.Outcome threads = threads(2);
         INDArray params = Nd4j.readBinary(out.resolve("params.bin").toFile());
         INDArray updater = Nd4j.readBinary(out.resolve("updater.bin").toFile());
@@ -215,9 +272,11 @@ class MultiNodeDataParallelTest {
     }
 
     @Test
-    void twoMachinesOfTwoRanksTrainLikeFourWorkerThreadsToRounding(@TempDir Path out) throws Exception {
+    void twoMachinesOfTwoRanksTrainLikeFourWorkerThreadsToRounding() throws Exception {
         requireMpi();
-        assertTrainedHierarchically(mpirun(4, 2, out), 4);
+        Job job = job(4, 2, MultiNodeDataParallelWorker.PLAIN);
+        Path out = job.out();
+        assertTrainedHierarchically(job.text(), 4);
         GroupModeTest.Outcome threads = threads(4);
         double relative = relativeDifference(out, threads);
         System.out.println("2 machines x 2 ranks against 4 worker threads: parameters' relative L2 difference " + relative);

@@ -10,8 +10,8 @@ import java.util.List;
  * code it hardly runs, and on CI's 2 cores that CPU is the other ranks' wall time: C1 only cuts the CPU of a
  * 3-rank job of 250 small all-reduces by about 40% and the DL4J process-mode tests' by a quarter
  * (bench/results/2026-11-30-ci-time-it.md). Taken by the DL4J process-mode ranks ({@code LaunchedRanks}, the
- * plugin's mpirun tests), by it-tests' fault and launcher-restart jobs and by MultiNodeCollectivesTest's kill and
- * refusal jobs; not by the collectives' correctness tests
+ * plugin's mpirun tests), by it-tests' fault and launcher-restart jobs and by MultiNodeCollectivesTest's kill job
+ * (its refusals share the float64 check's job); not by the collectives' correctness tests
  * across processes, nor by large or long loops: C1 does not compile the Vector API's loops into vector instructions
  * (a 4-rank RING of 1 MiB all-reduces costs 3x the CPU), and those tests are to run the code C2 makes, as users do.
  * {@code -Dsymmem4j.test.child.jvm.flags=-Xshare:auto} (a no-op) launches every rank as before.

@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.fail;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.stream.Stream;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
@@ -31,6 +33,8 @@ class CollectivesTest {
     @MethodSource("cases")
     void reduceScatterAllGatherBroadcast(int worldSize, long stagingBytes) {
         GroupOptions options = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
+        // every rank checks against every rank's input: made once per seed and shared (read only), not once per rank
+        Map<Long, double[]> inputs = new ConcurrentHashMap<>();
         InJvmWorld.runOnEveryRank(worldSize, options, group -> {
             int rank = group.rank();
             try (Communicator comm = Communicator.create(group, new CommunicatorOptions(stagingBytes, 1024));
@@ -42,7 +46,8 @@ class CollectivesTest {
                         // reduce-scatter: rank r's send block b = data(seed(case, r), b)
                         double[][] send = new double[worldSize][];
                         for (int r = 0; r < worldSize; r++) {
-                            send[r] = TestData.random(caseId * 100L + r, count * worldSize, dtype);
+                            send[r] = inputs.computeIfAbsent(caseId * 100L + r, seed -> TestData.random(seed,
+                                    count * worldSize, dtype));
                         }
                         MemorySegment sendSeg = arena.allocate(Math.max(1, dtype.bytes((long) count * worldSize)), 64);
                         MemorySegment recvSeg = arena.allocate(Math.max(1, dtype.bytes(count)), 64);
@@ -65,7 +70,8 @@ class CollectivesTest {
                         // all-gather: block q of recv = rank q's send
                         double[][] mine = new double[worldSize][];
                         for (int r = 0; r < worldSize; r++) {
-                            mine[r] = TestData.random(caseId * 100L + 50 + r, count, dtype);
+                            mine[r] = inputs.computeIfAbsent(caseId * 100L + 50 + r, seed -> TestData.random(seed, count,
+                                    dtype));
                         }
                         MemorySegment agSend = arena.allocate(Math.max(1, dtype.bytes(count)), 64);
                         MemorySegment agRecv = arena.allocate(Math.max(1, dtype.bytes((long) count * worldSize)), 64);
@@ -73,19 +79,26 @@ class CollectivesTest {
                         comm.allGather(agSend, agRecv, count, dtype);
                         for (int q = 0; q < worldSize; q++) {
                             for (int i = 0; i < count; i++) {
+                                int block = q;
+                                int element = i; // the message is built only on a failure (not once per element)
                                 assertEquals(mine[q][i], TestData.get(agRecv, 0, dtype, (long) q * count + i),
-                                        "all-gather " + dtype + " count=" + count + " block " + q + " element " + i);
+                                        () -> "all-gather " + dtype + " count=" + count + " block " + block + " element "
+                                                + element);
                             }
                         }
                         // broadcast from every root in turn
                         for (int root = 0; root < worldSize; root++) {
-                            double[] rootData = TestData.random(caseId * 100L + 90 + root, count, dtype);
+                            double[] rootData = inputs.computeIfAbsent(caseId * 100L + 90 + root,
+                                    seed -> TestData.random(seed, count, dtype));
                             MemorySegment buf = arena.allocate(Math.max(1, dtype.bytes(count)), 64);
                             TestData.write(buf, 0, dtype, rank == root ? rootData : TestData.random(rank + 7L, count, dtype));
                             comm.broadcast(buf, count, dtype, root);
                             for (int i = 0; i < count; i++) {
+                                int from = root;
+                                int element = i;
                                 assertEquals(rootData[i], TestData.get(buf, 0, dtype, i),
-                                        "broadcast " + dtype + " root=" + root + " count=" + count + " element " + i);
+                                        () -> "broadcast " + dtype + " root=" + from + " count=" + count + " element "
+                                                + element);
                             }
                         }
                     }

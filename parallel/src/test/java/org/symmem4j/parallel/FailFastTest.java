@@ -198,6 +198,7 @@ class FailFastTest {
         Throwable[] thrown = new Throwable[3];
         try (InJvmWorld world = InJvmWorld.create(3, GroupOptions.defaults().withTimeout(timeout))) {
             CountDownLatch done = new CountDownLatch(3);
+            CountDownLatch othersEnded = new CountDownLatch(2); // ranks 0 and 2, torn down
             start[0] = System.nanoTime();
             for (int r = 0; r < 3; r++) {
                 int rank = r;
@@ -208,7 +209,9 @@ class FailFastTest {
                          SymmetricMemory b = SymmetricMemory.allocate(group, 4096);
                          SymmetricMemory c = SymmetricMemory.allocate(group, 4096)) {
                         if (rank == 1) {
-                            Thread.sleep(timeout.multipliedBy(2)); // alive, silent, then leaves
+                            // alive and silent until the others have torn down (not a fixed 2 timeouts of idle
+                            // time), then leaves; bounded, in case they never end (the await below then fails)
+                            othersEnded.await(60, TimeUnit.SECONDS);
                             return;
                         }
                         comm.barrier();
@@ -216,6 +219,9 @@ class FailFastTest {
                         thrown[rank] = t;
                     } finally {
                         ends[rank] = System.nanoTime();
+                        if (rank != 1) {
+                            othersEnded.countDown();
+                        }
                         done.countDown();
                     }
                 });

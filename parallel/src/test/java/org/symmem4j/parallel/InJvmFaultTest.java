@@ -21,14 +21,20 @@ import org.symmem4j.parallel.group.InJvmWorld;
  */
 class InJvmFaultTest {
 
+    /** What the faulty rank does at iteration 50, given a latch that opens once every other rank has ended. */
+    private interface Misbehaviour {
+        void run(CountDownLatch othersEnded);
+    }
+
     /** Runs all-reduces until {@code faultyRank} misbehaves at iteration 50; returns what each rank threw. */
-    private static List<Throwable> runUntilFault(int worldSize, int faultyRank, Duration timeout, Runnable misbehave) {
+    private static List<Throwable> runUntilFault(int worldSize, int faultyRank, Duration timeout, Misbehaviour misbehave) {
         List<Throwable> thrown = new ArrayList<>();
         for (int r = 0; r < worldSize; r++) {
             thrown.add(null);
         }
         try (InJvmWorld world = InJvmWorld.create(worldSize, GroupOptions.defaults().withTimeout(timeout))) {
             CountDownLatch done = new CountDownLatch(worldSize);
+            CountDownLatch othersEnded = new CountDownLatch(worldSize - 1);
             for (int r = 0; r < worldSize; r++) {
                 int rank = r;
                 Thread.ofPlatform().name("fault-rank-" + r).start(() -> {
@@ -38,13 +44,16 @@ class InJvmFaultTest {
                         MemorySegment buf = Arena.ofAuto().allocate(4096);
                         for (int it = 0; it < 1_000_000; it++) {
                             if (rank == faultyRank && it == 50) {
-                                misbehave.run();
+                                misbehave.run(othersEnded);
                             }
                             comm.allReduce(buf, 1024, DType.FLOAT32, ReduceOp.SUM, Algorithm.values()[it % 3]);
                         }
                     } catch (Throwable t) {
                         thrown.set(rank, t);
                     } finally {
+                        if (rank != faultyRank) {
+                            othersEnded.countDown();
+                        }
                         done.countDown();
                     }
                 });
@@ -62,7 +71,7 @@ class InJvmFaultTest {
 
     @Test
     void aDyingThreadIsNamedByEveryOtherRank() {
-        List<Throwable> thrown = runUntilFault(4, 2, Duration.ofSeconds(30), () -> {
+        List<Throwable> thrown = runUntilFault(4, 2, Duration.ofSeconds(30), othersEnded -> {
             throw new IllegalStateException("rank 2 crashes");
         });
         assertEquals("rank 2 crashes", thrown.get(2).getMessage());
@@ -79,9 +88,11 @@ class InJvmFaultTest {
     void aStalledRankTimesOutOnEveryOtherRank() {
         Duration timeout = Duration.ofMillis(1500);
         long start = System.nanoTime();
-        List<Throwable> thrown = runUntilFault(3, 1, timeout, () -> {
+        List<Throwable> thrown = runUntilFault(3, 1, timeout, othersEnded -> {
             try {
-                Thread.sleep(timeout.multipliedBy(3)); // alive but silent: only the deadline can catch this
+                // alive but silent: only the deadline can catch this. Silent until the others have failed (not a
+                // fixed 3 timeouts of idle time), bounded by those 3 timeouts in case they never do
+                othersEnded.await(timeout.multipliedBy(3).toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }

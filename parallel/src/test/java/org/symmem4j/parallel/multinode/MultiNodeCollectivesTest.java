@@ -94,10 +94,26 @@ class MultiNodeCollectivesTest {
         return new Run(p.exitValue(), text);
     }
 
+    /** The job both the float64 check and the refusals read, once it ended. */
+    private static Run checkAndRefusals;
+
+    /**
+     * One job for two cases: the refusals, then the float64 check on the same communicator (a launch costs each of
+     * the four processes a JVM start). Without {@link ChildJvmFlags}: the check is to run C2's code.
+     */
+    private static synchronized Run checkAndRefusals() throws IOException, InterruptedException {
+        if (checkAndRefusals == null) {
+            Run run = mpirun(4, List.of(), "refusals", "check");
+            assertEquals(0, run.status(), run.out());
+            checkAndRefusals = run;
+        }
+        return checkAndRefusals;
+    }
+
     @Test
     void twoPretendMachinesOfTwoRanksAgreeWithTheFloat64Reference() throws Exception {
         requireMpi();
-        Run run = mpirun(4, List.of());
+        Run run = checkAndRefusals();
         assertEquals(0, run.status(), run.out());
         for (int r = 0; r < 4; r++) {
             assertTrue(run.out().contains("rank " + r + " OK: "), "rank " + r + " checked every collective:\n" + run.out());
@@ -118,12 +134,13 @@ class MultiNodeCollectivesTest {
      * A bad argument on one rank of either pretended machine — read-only, freed or heap destination, a
      * count that differs, a range outside its memory — is refused by all four processes before any
      * byte moves, naming that rank, and the next collective is correct ({@code MultiNodeWorker.refusals}).
-     * Before the agreement, the bad rank threw alone: the others returned with results, or waited in MPI.
+     * Before the agreement, the bad rank threw alone: the others returned with results, or waited in MPI. The
+     * job runs the float64 check after the refusals ({@link #checkAndRefusals}).
      */
     @Test
     void aBadArgumentOnOneRankIsRefusedOnEveryRankOfEveryMachine() throws Exception {
         requireMpi();
-        Run run = mpirun(4, ChildJvmFlags.get(), "refusals");
+        Run run = checkAndRefusals();
         assertEquals(0, run.status(), run.out());
         for (int r = 0; r < 4; r++) {
             assertTrue(run.out().contains("rank " + r + " REFUSALS OK: 21 cases"), "rank " + r + ":\n" + run.out());

@@ -20,6 +20,8 @@ import org.symmem4j.parallel.mpi.MpiComm;
  * collective against a float64 reference; results must also be bitwise identical on every rank. Mode
  * {@code die-at-allreduce}: rank 3 halts before the second all-reduce (a machine's process killed mid-run).
  * Mode {@code refusals}: one rank's bad argument, for every collective, refused on every rank ({@link #refusals}).
+ * Modes {@code refusals check}: the refusals, then the float64 check on the same communicator (one job for both
+ * cases: a launch costs each of the four processes a JVM start).
  */
 public final class MultiNodeWorker {
 
@@ -28,6 +30,7 @@ public final class MultiNodeWorker {
 
     public static void main(String[] args) throws Exception {
         String mode = args.length > 0 ? args[0] : "check";
+        boolean checkAfter = args.length > 1 && args[1].equals("check");
         MpiComm world = Mpi.world();
         // on MultiNodeTransport, as a job across machines joins: its memories are each machine's own
         try (ProcessGroup group = ProcessGroup.fromEnvironment(org.symmem4j.parallel.GroupOptions.defaults(),
@@ -41,7 +44,9 @@ public final class MultiNodeWorker {
                 if (mode.equals("refusals")) {
                     int cases = refusals(group, comm);
                     System.out.println("rank " + group.rank() + " REFUSALS OK: " + cases + " cases");
-                    return;
+                    if (!checkAfter) {
+                        return;
+                    }
                 }
                 int checks = 0;
                 for (DType dtype : new DType[] {DType.FLOAT32, DType.FLOAT64}) {

@@ -210,6 +210,8 @@ class StoreSecurityTest {
     @Test
     void announcedLengthsTakeNoMemoryAndBreakingLimitsDropsTheConnection() throws Exception {
         JobIdentity wide = new JobIdentity(JOB.runId(), 0, 48);
+        // 2 s: the 40 stalled requests must still be held when heldBytes is read (creating them takes over 1 s on a
+        // loaded 2-core machine; a shorter requestTimeout would drop the first before the check, which then could not fail)
         try (TcpStoreServer server = server(wide, StoreLimits.defaults(48).withRequestTimeout(Duration.ofSeconds(2)));
              TcpStoreClient rank1 = client(server.port(), wide, 1, SECRET, Duration.ofSeconds(5))) {
             // 40 authenticated connections each announce a 4 MiB value and send nothing more.
@@ -355,7 +357,7 @@ class StoreSecurityTest {
                 }
             });
             SymmemException e = assertThrows(SymmemException.class,
-                    () -> client(silent.getLocalPort(), JOB, 1, SECRET, Duration.ofMillis(1500)));
+                    () -> client(silent.getLocalPort(), JOB, 1, SECRET, Duration.ofMillis(500))); // no answer comes
             assertTrue(e.getMessage().contains("did not answer the symmem4j handshake"), e.getMessage());
             silent.close();
             acceptor.join(5000);
@@ -458,14 +460,25 @@ class StoreSecurityTest {
             // Half a handshake, another protocol version, or garbage: nothing about the run either.
             List<byte[]> partials = List.of(helloBytes(), oldVersionHello(runId, generation, worldSize),
                     "GET / HTTP/1.1\r\n\r\n".getBytes(StandardCharsets.US_ASCII), new byte[0]);
-            for (byte[] sent : partials) {
-                try (Socket s = new Socket("127.0.0.1", server.port())) {
+            // all sent first, then read: the handshake timeouts of those the server waits out run at once, not in turn
+            List<Socket> sockets = new ArrayList<>();
+            try {
+                for (byte[] sent : partials) {
+                    Socket s = new Socket("127.0.0.1", server.port());
+                    sockets.add(s);
                     s.setSoTimeout(10_000);
                     s.getOutputStream().write(sent);
                     s.getOutputStream().flush();
-                    byte[] all = s.getInputStream().readAllBytes(); // the server closes it (at the latest at 800 ms)
-                    assertNothingAbout(all, "after sending " + sent.length + " bytes", runId, generation, worldSize, holderPid);
+                }
+                for (int i = 0; i < partials.size(); i++) {
+                    int sent = partials.get(i).length;
+                    byte[] all = sockets.get(i).getInputStream().readAllBytes(); // closed by the server by 800 ms
+                    assertNothingAbout(all, "after sending " + sent + " bytes", runId, generation, worldSize, holderPid);
                     assertTrue(all.length == 0 || all.length == 8 || all.length == 72, "got " + all.length + " bytes");
+                }
+            } finally {
+                for (Socket s : sockets) {
+                    s.close();
                 }
             }
             // the holder's seat is untouched, and a rank with the secret still gets in
