@@ -122,7 +122,10 @@ public final class TcpStoreClient implements RendezvousStore {
                 if (r.answered) {
                     lastAnswer = r.getMessage();
                 }
-                maybeForeign = r.maybeForeign;
+                // sticky: the attempt that met another job's store may not be the last (under load the last one can
+                // start with a few ms left and time out); the final probe asks the port again, so a store that left
+                // since is not named
+                maybeForeign |= r.maybeForeign;
                 if (r.dropped) {
                     idle.reset(); // shed by a crowded store: a prompt retry is the way in
                 }
