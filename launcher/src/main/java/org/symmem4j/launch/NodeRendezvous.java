@@ -170,7 +170,9 @@ final class NodeRendezvous {
                         // that port; a normal close would hold it in TIME_WAIT for 60 s, so reset it (the runtime's
                         // SelfConnection tells the whole story; the launcher does not load the runtime)
                         s.setSoLinger(true, 0);
-                        throw new IOException("connected to itself at " + where + " (nothing listened yet)");
+                        throw new IOException("connected to itself at " + where + " (node 0's launcher did not listen"
+                                + " yet; retried until --rdzv-timeout; fix: start node 0's launcher, or raise"
+                                + " --rdzv-timeout if it starts late)");
                     }
                     s.setSoTimeout((int) HANDSHAKE.toMillis());
                     s.setTcpNoDelay(true);
