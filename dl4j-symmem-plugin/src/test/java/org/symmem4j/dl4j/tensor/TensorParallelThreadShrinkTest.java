@@ -205,10 +205,18 @@ class TensorParallelThreadShrinkTest {
         assertEquals(List.of(dies), ends.dead());
         assertTrue(ends.result(2).outcome().startsWith("left: "), ends.result(2).outcome());
         List<Integer> survivors = List.of(0, 1, 4, 5);
+        // the agreed failed step: the first step not every survivor completed (SurvivorSteps), the same on every one.
+        // Step 5, or 4 where the abort reached a survivor still finishing step 4 (its checkpoint, whose collectives the
+        // dying rank had passed before it started step 5: seen in a clean clone under load); either way the survivors
+        // go back to the checkpoint after 4 steps and end bitwise as below
+        assertNotNull(ends.result(survivors.getFirst()).report(), "world rank " + survivors.getFirst() + " finished");
+        long agreed = ends.result(survivors.getFirst()).report().step();
+        assertTrue(agreed == failed || agreed == failed - 1, "the agreed failed step " + agreed + ", expected " + failed
+                + " or " + (failed - 1));
         for (int r : survivors) {
             ShrinkReport s = ends.result(r).report();
             assertNotNull(s, "world rank " + r + " finished");
-            assertEquals(failed, s.step(), "world rank " + r + ": the agreed failed step (as in the plain case above)");
+            assertEquals(agreed, s.step(), "world rank " + r + ": the agreed failed step, the same on every survivor");
             assertEquals(List.of(1), s.dead(), "the lost replica");
             assertEquals(4, s.resumedAt(), "back to the checkpoint after 4 steps");
             assertEquals(org.symmem4j.dl4j.train.CheckpointDirectory.stepDir(root.resolve("tp-" + (r % TP) + "-of-" + TP),
