@@ -206,9 +206,10 @@ class TensorParallelThreadShrinkTest {
         assertTrue(ends.result(2).outcome().startsWith("left: "), ends.result(2).outcome());
         List<Integer> survivors = List.of(0, 1, 4, 5);
         // the agreed failed step: the first step not every survivor completed (SurvivorSteps), the same on every one.
-        // Step 5, or 4 where the abort reached a survivor still finishing step 4 (its checkpoint, whose collectives the
-        // dying rank had passed before it started step 5: seen in a clean clone under load); either way the survivors
-        // go back to the checkpoint after 4 steps and end bitwise as below
+        // Step 5, or 4 where the abort reached a survivor still in step 4: world ranks 0, 2 and 4 share no dp collective
+        // with rank 3, which can finish step 4 and die at step 5's start while they still sync step 4's gradients (seen
+        // in a clean clone under load). Either way the survivors go back to the checkpoint after 4 steps (taken before
+        // step 4) and end bitwise as below
         assertNotNull(ends.result(survivors.getFirst()).report(), "world rank " + survivors.getFirst() + " finished");
         long agreed = ends.result(survivors.getFirst()).report().step();
         assertTrue(agreed == failed || agreed == failed - 1, "the agreed failed step " + agreed + ", expected " + failed
