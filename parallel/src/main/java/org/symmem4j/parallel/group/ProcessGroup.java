@@ -25,6 +25,7 @@ import org.symmem4j.parallel.host.PeerProcesses;
 import org.symmem4j.parallel.host.SharedMemoryTransport;
 import org.symmem4j.parallel.rendezvous.InMemoryStore;
 import org.symmem4j.parallel.rendezvous.JobIdentity;
+import org.symmem4j.parallel.rendezvous.PortHolder;
 import org.symmem4j.parallel.rendezvous.StoreLimits;
 import org.symmem4j.parallel.rendezvous.StoreSecret;
 import org.symmem4j.parallel.rendezvous.TcpStoreClient;
@@ -206,7 +207,8 @@ public final class ProcessGroup implements Group {
     /**
      * Binds the store, retrying until the timeout while the port is taken: the store of the previous
      * group on this port (this job's or another's) may still be serving its last peers. If the port
-     * stays taken, the error names the job that holds it, as that job's store describes itself.
+     * stays taken, the error names the job that holds it, as that job's store describes itself, or, where no store
+     * answers, what does ({@link PortHolder}: another program's server, or a socket that does not listen).
      */
     private TcpStoreServer startServer(byte[] served, int port) {
         Duration handshake = min(options.timeout(), Duration.ofSeconds(10));
@@ -219,14 +221,19 @@ public final class ProcessGroup implements Group {
             try {
                 return new TcpStoreServer(config.masterAddr(), port, identity, served, limits);
             } catch (SymmemException e) {
-                if (!(e.getCause() instanceof java.net.BindException) || System.nanoTime() - deadline >= 0) {
-                    String holder = e.getCause() instanceof java.net.BindException
-                            ? TcpStoreClient.describeStoreAt(config.masterAddr(), config.masterPort(), Duration.ofSeconds(2),
-                                    secret)
-                            : null;
-                    throw holder == null ? e : new SymmemException("rank=0 of " + identity + " cannot host the rendezvous"
-                            + " store: MASTER_PORT=" + config.masterPort() + " is still held after " + options.timeout()
-                            + " by " + holder + " (two jobs on one port; fix: give each job its own MASTER_PORT)", e);
+                if (!(e.getCause() instanceof java.net.BindException)) {
+                    throw e;
+                }
+                if (System.nanoTime() - deadline >= 0) {
+                    String store = TcpStoreClient.describeStoreAt(config.masterAddr(), port, Duration.ofSeconds(2),
+                            secret);
+                    // no store answers: another program's server, or a socket that does not listen at all (some
+                    // program's connection got the port as its local one), which "another job" would misname
+                    String holder = store != null ? store + " (two jobs on one port; fix: give each job its own"
+                            + " MASTER_PORT)" : PortHolder.describe(config.masterAddr(), port, Duration.ofSeconds(2));
+                    // error-message: both holders' phrases end with their fix (PortHolder.describe's and the store's)
+                    throw new SymmemException("rank=0 of " + identity + " cannot host the rendezvous store: MASTER_PORT="
+                            + port + " is still held after " + options.timeout() + " by " + holder, e);
                 }
                 idle.idle();
             }
