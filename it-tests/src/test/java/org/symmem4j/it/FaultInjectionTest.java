@@ -15,6 +15,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -30,7 +31,8 @@ import org.symmem4j.parallel.rendezvous.StoreSecret;
  * whose collective fails locally. Every case asserts: no rank waits beyond the timeout plus a margin,
  * every survivor's error names the culprit (where it says, {@code BLAME}, that culprit and no other),
  * nothing is left in /dev/shm, and no job ever computes with another job's data (every all-reduce result
- * is checked).
+ * is checked). After a SIGKILL mid-collective the survivors' flight-recorder dumps, merged by
+ * {@code symmem4j-flight-report}, point at the killed rank.
  */
 class FaultInjectionTest {
 
@@ -188,8 +190,10 @@ class FaultInjectionTest {
 
     @ParameterizedTest(name = "kill rank {0} of 3")
     @ValueSource(ints = {1, 0})
-    void sigkillMidCollectiveIsNamedBeforeTheTimeout(int victim) throws Exception {
-        try (Workers w = startLight(3, "loop", 30_000)) {
+    void sigkillMidCollectiveIsNamedBeforeTheTimeout(int victim, @TempDir Path dumps) throws Exception {
+        Workers.Launch launch = Workers.Launch.of(3, "loop", 30_000).light()
+                .withEnv("SYMMEM4J_FLIGHT_RECORDER_DIR", dumps.toString());
+        try (Workers w = Workers.start(launch)) {
             for (int r = 0; r < 3; r++) {
                 assertTrue(w.awaitLog(r, "READY", 60_000), "rank " + r + " never got going; log:\n" + w.log(r));
             }
@@ -206,7 +210,32 @@ class FaultInjectionTest {
                 }
             }
             CrossProcessTest.assertNoFilesOf(w.pids());
+            assertTheReportPointsAtTheDeadRank(dumps, victim);
         }
+    }
+
+    /**
+     * Each survivor of a killed rank dumped its flight recorder, the killed rank did not, and
+     * {@code symmem4j-flight-report} over those files (the launcher's class, as its script runs it, in a JVM of its own)
+     * says which rank to look at: the dead one.
+     */
+    static void assertTheReportPointsAtTheDeadRank(Path dumps, int victim) throws Exception {
+        List<String> files;
+        try (var list = Files.list(dumps)) {
+            files = list.map(f -> f.getFileName().toString()).sorted().toList();
+        }
+        for (int r = 0; r < 3; r++) {
+            int rank = r;
+            long n = files.stream().filter(f -> f.startsWith("flight-") && f.contains("-rank" + rank + "-")).count();
+            assertEquals(rank == victim ? 0 : 1, n, "rank " + rank + "'s dumps in " + files);
+        }
+        Process report = new ProcessBuilder(Path.of(System.getProperty("java.home"), "bin", "java").toString(), "-cp",
+                System.getProperty("java.class.path"), "org.symmem4j.launch.FlightReport", dumps.toString())
+                .redirectErrorStream(true).start();
+        String out = new String(report.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertEquals(0, report.waitFor(), out);
+        assertTrue(out.contains("rank " + victim + " left no dump"), out);
+        assertTrue(out.contains("look at rank " + victim), out);
     }
 
     @ParameterizedTest(name = "stop rank {0} of 3")
