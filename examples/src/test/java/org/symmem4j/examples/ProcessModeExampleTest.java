@@ -113,6 +113,69 @@ class ProcessModeExampleTest {
                 + " schedules\n" + processOut);
     }
 
+    private static final Pattern PRINTED_COUNT =
+            Pattern.compile("(?m)^\\[rank 0\\]\\s+(ONE_SHOT|TWO_SHOT|RING)\\s+\\S+\\s+(\\d+)\\s");
+
+    /**
+     * Each launched process serves its own metrics (rank r on the given port + r), as a Prometheus server would scrape
+     * them: polled while the job runs and while it lingers after training, both ranks count every all-reduce they ran,
+     * the same number on both (the ranks run the same collectives) and the number rank 0 prints.
+     */
+    @org.junit.jupiter.api.Test
+    void eachLaunchedProcessServesItsOwnMetrics() throws Exception {
+        int base = twoFreePorts();
+        List<String> args = new ArrayList<>(List.of("-n", "2", "--master-port", Integer.toString(freePort()), "--"));
+        args.addAll(exampleJvm(DataParallelExample.class, List.of("--epochs", "1", "--batch", "16", "--hidden", "32",
+                "--port", Integer.toString(base), "--linger-seconds", "5")));
+        java.util.concurrent.CompletableFuture<Launcher.Result> job = java.util.concurrent.CompletableFuture.supplyAsync(
+                () -> Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv())));
+        java.net.http.HttpClient http = java.net.http.HttpClient.newBuilder()
+                .connectTimeout(java.time.Duration.ofSeconds(2)).build();
+        double[] most = new double[2]; // the largest count each rank served: its final one, once it lingers
+        while (!job.isDone()) {
+            for (int r = 0; r < 2; r++) {
+                try {
+                    String body = http.send(java.net.http.HttpRequest.newBuilder(java.net.URI.create(
+                                    "http://127.0.0.1:" + (base + r) + "/metrics")).timeout(java.time.Duration.ofSeconds(2))
+                            .build(), java.net.http.HttpResponse.BodyHandlers.ofString()).body();
+                    double count = PrometheusScrapeTest.ExpositionSample.parse(body).stream()
+                            .filter(x -> x.name().equals("symmem_allreduce_duration_seconds_count"))
+                            .mapToDouble(PrometheusScrapeTest.ExpositionSample::value).sum();
+                    most[r] = Math.max(most[r], count);
+                } catch (IOException | IllegalStateException notServingYet) {
+                    // not started yet, no all-reduce yet, or already gone
+                }
+            }
+            Thread.sleep(100);
+        }
+        Launcher.Result launched = job.get();
+        String out = launched.out();
+        assertEquals(0, launched.status(), launched.err() + "\n" + out);
+        long printed = 0;
+        for (Matcher m = PRINTED_COUNT.matcher(out); m.find(); ) {
+            printed += Long.parseLong(m.group(2));
+        }
+        assertTrue(printed > 0, "rank 0 prints its all-reduce counts:\n" + out);
+        assertEquals(printed, (long) most[0], "rank 0's endpoint (port " + base + ") counts what rank 0 printed:\n" + out);
+        assertEquals(printed, (long) most[1], "rank 1's endpoint (port " + (base + 1) + ") counts as many:\n" + out);
+    }
+
+    /** A port p with p + 1 free too (rank r of the example serves its metrics on p + r). */
+    private static int twoFreePorts() throws IOException {
+        while (true) {
+            try (java.net.ServerSocket first = new java.net.ServerSocket(0)) {
+                int p = first.getLocalPort();
+                if (p < 65535) {
+                    try (java.net.ServerSocket second = new java.net.ServerSocket(p + 1)) {
+                        return p;
+                    } catch (IOException taken) {
+                        // p + 1 is in use: another pair
+                    }
+                }
+            }
+        }
+    }
+
     private static int freePort() throws IOException {
         try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
             return s.getLocalPort();
