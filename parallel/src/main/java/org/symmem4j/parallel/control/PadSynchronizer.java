@@ -268,10 +268,10 @@ public final class PadSynchronizer implements WaitSubject {
         long seq = descriptor.seq();
         long epoch = seq + 1;
         long myLine = SignalPadLayout.entryLineOffset(rank, seq);
-        // own-line recorder (the default while recording): this rank's own line goes into the recorder's entry instead
-        // of into its own pad, which only this thread reads (published(); the recorder's entry answers first there),
-        // through the same call site as the peers' lines, so the compiled collective carries no second copy of write()
-        boolean ownLineInEntry = shadowRecorder != null && FlightRecorder.OWN_LINE;
+        // recording in the shadow: this rank's own line goes into the recorder's entry instead of into its own pad,
+        // which only this thread reads (published(); the recorder's entry answers first there), through the same call
+        // site as the peers' lines, so the compiled collective carries no second copy of write()
+        boolean ownLineInEntry = shadowRecorder != null;
         MemorySegment ownTarget = ownLineInEntry ? shadowRecorder.ownLineSegment() : ownPad;
         long ownOffset = ownLineInEntry ? shadowRecorder.ownLineOffset(seq) : myLine;
         // the peers' lines first, this rank's own line last: nothing goes before the releases the peers wait for (the
@@ -290,8 +290,6 @@ public final class PadSynchronizer implements WaitSubject {
         }
         if (ownLineInEntry) {
             shadowRecorder.ownLineWritten(descriptor, opKind); // the entry's words beside the line
-        } else if (shadowRecorder != null) {
-            shadowRecorder.arrived(descriptor, opKind);
         }
         for (int p = 0; p < worldSize; p++) {
             if (p != rank) {
