@@ -77,7 +77,7 @@ import org.symmem4j.parallel.trace.CoarseClock;
  *
  * <p>Five other storage layouts (copying off-heap entries, a heap array, padded, compact, runs of equal collectives)
  * were measured no cheaper and removed on 2026-11-30: their story is in {@code docs/flight-recorder.md}, their numbers
- * in {@code bench/results/2026-11-2*-recorder-*.md}.
+ * in {@code bench/results} (2026-11-28 to 30, {@code *recorder*}).
  *
  * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
  * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread
