@@ -15,29 +15,21 @@
 # cheaper on 16 cores: bench/results/2026-11-29-recorder-placement-16core.md), both in one run, one-shot and two-shot on 2 ranks (4 cells x 3 forks x 500 blocks, about 5 minutes):
 #   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --forks 3 --pairs 200 --arrivals after-wait,in-shadow --ops-forks 1
 #
-# The current layout against the padded one (symmem4j.flight.recorder.padded=true: the recorder's per-collective writes
-# 128 bytes from any other heap object, the false-sharing test), one-shot and two-shot on 2 ranks:
-#   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --forks 3 --pairs 150 --arrivals in-shadow,in-shadow+padded --ops-forks 1
-#
 # Where the one-shot cost beyond the calls goes (docs/flight-recorder.md, "Where the rest goes"): the default against
 # an A/A control (+none: recorder on, none of its calls), the entry's write alone (+arrival) and the waits polling 256
 # times without a pause first (+spin256, off and on alike), one-shot on 2 ranks, about 4.5 minutes:
 #   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --algorithms ONE_SHOT --forks 3 --pairs 150 \
 #     --arrivals in-shadow,in-shadow+none,in-shadow+arrival,in-shadow+spin256 --ops-forks 1
 #
-# The run-length layout (symmem4j.flight.recorder.runs, the default since 2026-11-29: nothing written at arrival, one
-# store per collective equal to the one before) against the entry layout (in-shadow) and the A/A controls, one-shot on
-# 2 ranks, about 4.5 minutes:
-#   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --algorithms ONE_SHOT --forks 3 --pairs 150 --warmups 50 \
-#     --arrivals in-shadow,in-shadow+runs,in-shadow+none,in-shadow+runs+none --ops-forks 1
-#
-# The own-line entries (storage=own-line, the default since 2026-11-30: the rank's own descriptor line written into the
-# recorder's entry instead of its own pad) against the copying off-heap entries (+copy), one-shot on 2 ranks, with each
-# fork's JIT verdicts on the recorder's calls and helpers (bench/results/2026-11-30-recorder-cost-own-line.md):
+# The recorder against its A/A control (+none), one-shot on 2 ranks, with each fork's JIT verdicts on the recorder's
+# calls (bench/results/2026-11-30-recorder-aa-32core.md ran the first part):
 #   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --algorithms ONE_SHOT --forks 8 --pairs 150 --warmups 50 \
-#     --arrivals in-shadow,in-shadow+copy --ops-forks 1 --jit-log
+#     --arrivals in-shadow,in-shadow+none --ops-forks 1 --jit-log
 #   then `bench/shared-state/jit-forks.py .` (the forks write jit-pid*.log into the working directory, the checkout) and
 #   remove the jit-pid*.log files
+#
+# The other storage layouts (+copy, +heap, +padded, +compact, +runs) were removed on 2026-11-30; their runs are in
+# bench/results/2026-11-28..30-*recorder*.md.
 #
 # CPUS pins rank r to the r-th CPU listed (one per rank of the largest --ranks; fewer: nothing is pinned).
 # Needs at least 4 idle cores (every rank spins on a core of its own). On a lent machine (no Java there) use the

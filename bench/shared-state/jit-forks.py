@@ -15,10 +15,10 @@ recorder.md):
     iicount also counts the invocations from before the profile existed;
   - when each such compilation was made not entrant (deoptimised), if it was, and the uncommon traps that hit
     C2 code (reason, method, bci, time), which say whether a fork was still deoptimising during the measurement;
-  - the recorder's helpers called from inside those calls (put, at, entryAt, nameBits, shapeOf, lastSeq,
-    FlightRecorderLayout.putAt/getAt, ...; since 2026-11-30): a helper left out of line is a call per collective
-    as surely as a top-level one (a local log found the copying layout's eight put()s in PadSynchronizer.arrive out of
-    line, "low call site frequency", while arrived itself was inlined);
+  - the recorder's other methods called on the hot path (ownLineWritten, ownLineSegment, ownLineOffset, entryAt,
+    nameBits; since 2026-11-30): one left out of line is a call per collective as surely as a top-level one (a local
+    log found a since-removed copying layout's eight put()s in PadSynchronizer.arrive out of line, "low call site
+    frequency", while arrived itself was inlined);
   - a one-line verdict: the recorder calls that the C2 code still live at the end calls out of line.
 A fork whose recorder calls are inlined in every live compilation pays what the calls cost; a fork with a call
 left out (or deoptimising in the measurement) is a JIT fork.
@@ -33,10 +33,9 @@ import sys
 
 RECORDER = "org.symmem4j.parallel.control.FlightRecorder"
 HOT = ("arrived", "completed", "started")
-# the recorder's own methods a hot call runs (the copying layout's helpers, own-line's entry points); cold ones (dump,
-# failed, newNameBits, ...) are left out: C2 may parse them into a failure branch without that costing a collective
-INNER = ("put", "at", "entryAt", "nameBits", "shapeOf", "lastSeq", "startedSeq", "putAt", "getAt", "begun",
-         "ownLineWritten", "ownLineSegment", "ownLineOffset", "argsBits")
+# the recorder's own methods a hot call runs (own-line's entry points and their helpers); cold ones (dump, failed,
+# newNameBits, at, put, ...) are left out: C2 may parse them into a failure branch without that costing a collective
+INNER = ("entryAt", "nameBits", "ownLineWritten", "ownLineSegment", "ownLineOffset")
 # the control-plane methods that call the recorder behind a null check: parsed without that call, the check was
 # compiled as an uncommon trap (never seen taken in the profile) and the recorder's work is not in this code
 CALLERS = {("org.symmem4j.parallel.control.PadSynchronizer", "arrive"): "arrived",

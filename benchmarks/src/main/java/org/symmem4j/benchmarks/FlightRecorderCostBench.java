@@ -36,7 +36,7 @@ import picocli.CommandLine.Option;
  * <pre>
  *   FlightRecorderCostBench [--out report.md] [--forks 2] [--pairs 200] [--block-ms 40] [--warmups 100]
  *                           [--ranks 2,4] [--algorithms ONE_SHOT,TWO_SHOT] [--bytes 1024] [--ops-forks 2]
- *                           [--entries 1024] [--arrivals after-wait[,in-shadow][,in-shadow+padded]...]
+ *                           [--entries 1024] [--arrivals in-shadow[,after-wait][,in-shadow+none]...]
  *                           [--jit-log]
  * </pre>
  * Every fork first runs {@link FlightRecorderPairedBenchmark#PREWARM_DEFAULT} all-reduces with each rank's recorder
@@ -50,26 +50,20 @@ import picocli.CommandLine.Option;
  * report's order, which of the recorder's calls C2 left out of line.
  * Each fork's placement (every rank's recorder storage, signal pads and data regions, with their offsets in a page and
  * a line: {@code FlightRecording.placement}) is printed under its mean difference, so that expensive forks can be held
- * against where their memory fell; {@code +heap} puts the recorder back into a heap array
- * ({@code -Dsymmem4j.flight.recorder.storage=heap}, the layout before 2026-11-30) to compare with the page-aligned
- * off-heap default in one run.
- * A cell of {@code --arrivals} is {@code WHERE[+padded|+compact][+heap][@ENTRIES]}: {@code --arrivals
- * in-shadow,in-shadow+compact,in-shadow@256} measures the default layout with 1,024 entries (68 KiB walked per lap of
- * the ring, more than a 48 KiB L1), the compact 32-byte entries with 1,024 (32 KiB) and the default layout with 256
- * (17 KiB) in one run: the cache-footprint test of #36. The recorder-calls benchmark then also runs compact.
+ * against where their memory fell.
+ * A cell of {@code --arrivals} is {@code WHERE[+arrival|+none][+spinN][+cold|+shareN][@ENTRIES]}: {@code --arrivals
+ * in-shadow,after-wait} measures, in one run, the recorder writing its entry in the entry barrier's shadow (the
+ * default) and after the barrier's wait ({@code -Dsymmem4j.flight.recorder.arrival} in the forks), one cell each per
+ * algorithm and rank count, the two placements of one algorithm next to each other, so a run stopped by a time limit
+ * has both of the first; {@code in-shadow@256} runs a ring of 256 entries instead of {@code --entries}.
  * {@code --arrivals in-shadow,in-shadow+none,in-shadow+arrival,in-shadow+spin64,in-shadow+arrival+spin64} finds
  * where the one-shot cost comes from: {@code +none} switches the recorder on but makes none of its calls (an A/A
  * control of the switching: on − off must be 0), {@code +arrival} makes only the entry's write in the barrier's shadow
  * (the rest, all − arrival, is the verdict and return on the critical path), and {@code +spin64} has every pad wait poll
  * 64 times without a pause before its back-off, off and on alike: if the shadow's cost is the pause's granularity (the
  * work before the wait shifting every poll after it), it goes with the pauses.
- * {@code --arrivals in-shadow,in-shadow+padded} measures the product's placement against the same with the recorder's
- * per-collective writes padded away from every other heap object ({@code -Dsymmem4j.flight.recorder.padded=true}: the
- * false-sharing test of #36), one cell each.
- * {@code --arrivals after-wait,in-shadow} measures, in one run, the recorder writing its entry after the entry
- * barrier's wait (the default) and in the barrier's shadow (the earlier placement,
- * {@code -Dsymmem4j.flight.recorder.arrival=in-shadow} in the forks): one cell each per algorithm and rank count, the
- * two placements of one algorithm next to each other, so a run stopped by a time limit has both of the first.
+ * The storage layouts measured against the own-line entries until 2026-11-30 ({@code +copy}, {@code +heap}, {@code
+ * +padded}, {@code +compact}, {@code +runs}) were removed with them; their results are in {@code bench/results}.
  * Needs at least {@code max(ranks)} idle cores; {@code -Dsymmem4j.bench.cpus=A,B,C,D} pins rank r to the r-th CPU
  * ({@link BenchCpus}). With the defaults: 4 cells × 2 forks × (100 + 400) blocks of 40 ms, about 180 s with the
  * forks' start-up, and about 35 s for the ops (2 forks × 2 benchmarks × 8 s), about 3.6 minutes on 16 cores.
@@ -113,13 +107,8 @@ public final class FlightRecorderCostBench {
         int entries = FlightRecorderPairedBenchmark.ENTRIES_ON;
         @Option(names = "--arrivals", split = ",", paramLabel = "WHERE", description = "where the recorder writes a"
                 + " collective's entry, one cell each: after-wait (once the entry barrier passed), in-shadow (between"
-                + " the publish and the wait, the product's default); either with +padded: the recorder's writes kept"
-                + " 128 bytes from every other heap object (-Dsymmem4j.flight.recorder.padded=true); or with +compact: 32-byte"
-                + " entries (-Dsymmem4j.flight.recorder.compact=true); +heap: the recorder in a heap array instead of its"
-                + " page-aligned off-heap segment (-Dsymmem4j.flight.recorder.storage=heap); +copy: the off-heap entries"
-                + " that copy the descriptor while the rank also writes its own pad line, the default before 2026-11-30"
-                + " (-Dsymmem4j.flight.recorder.storage=off-heap; the default is own-line); or with +runs: runs of equal collectives, nothing written at arrival"
-                + " (-Dsymmem4j.flight.recorder.runs=true); +arrival: only the entry's write (-Dsymmem4j.flight.recorder.probe"
+                + " the publish and the wait, the product's default); either with +arrival: only the entry's write"
+                + " (-Dsymmem4j.flight.recorder.probe"
                 + "=arrival), +none: none of the recorder's calls, the A/A control (probe=none); +spinN: the waits poll N"
                 + " times without a pause first (-Dsymmem4j.wait.spinfirst=N, off and on alike); and @E: a ring of E"
                 + " entries for that cell")
@@ -137,19 +126,8 @@ public final class FlightRecorderCostBench {
         Cli.positive("--block-ms", flags.blockMs);
         Cli.positive("--ops-forks", flags.opsForks);
         Cli.positive("--entries", flags.entries);
-        // the recorder-calls benchmark runs once per layout of the cells: the default, and each other one named
-        java.util.Set<String> layouts = new java.util.LinkedHashSet<>();
         for (String arrival : flags.arrivals) {
-            FlightRecorderPairedBenchmark.Cell c = FlightRecorderPairedBenchmark.Cell.parse(arrival, flags.entries);
-            if (c.compact()) {
-                layouts.add(FlightRecorderPairedBenchmark.COMPACT_PROPERTY + "=true");
-            }
-            if (c.runs()) {
-                layouts.add(FlightRecorderPairedBenchmark.RUNS_PROPERTY + "=true");
-            }
-            if (!c.storage().equals(FlightRecorderPairedBenchmark.STORAGE_DEFAULT) && !c.padded()) {
-                layouts.add(FlightRecorderPairedBenchmark.STORAGE_PROPERTY + "=" + c.storage());
-            }
+            FlightRecorderPairedBenchmark.Cell.parse(arrival, flags.entries); // a bad cell fails before any fork runs
         }
         if (flags.warmups < 0 || flags.bytes < 4 || flags.bytes % 4 != 0) {
             throw new IllegalArgumentException("--warmups=" + flags.warmups + " --bytes=" + flags.bytes + ": expected"
@@ -169,32 +147,23 @@ public final class FlightRecorderCostBench {
                 }
             }
         }
-        double[] plain = ops(flags, null);
+        double[] plain = ops(flags);
         String report = report(flags, plain[0], plain[1], rows);
-        for (String layout : layouts) {
-            double[] other = ops(flags, layout);
-            report += String.format(Locale.ROOT, "- with -D%s: recordOneCollective %.2f ns/op,"
-                    + " baseline %.2f ns/op: %.2f ns per collective%n", layout, other[1], other[0], other[1] - other[0]);
-        }
         System.out.println(report);
         write(flags, report);
     }
 
     /**
-     * {@return FlightRecorderOpsBenchmark's baseline and recordOneCollective, ns/op, in one layout}
+     * {@return FlightRecorderOpsBenchmark's baseline and recordOneCollective, ns/op}
      *
-     * @param flags  the run's flags
-     * @param layout the property=value that selects the layout (e.g. symmem4j.flight.recorder.compact=true), or null for
-     *               the default one
+     * @param flags the run's flags
      */
-    private static double[] ops(Flags flags, String layout) throws RunnerException {
+    private static double[] ops(Flags flags) throws RunnerException {
         Options ops = new OptionsBuilder()
                 .include("\\.FlightRecorderOpsBenchmark\\.")
                 .param("entries", Integer.toString(flags.entries))
                 .forks(flags.opsForks)
-                .jvmArgsAppend("--enable-native-access=ALL-UNNAMED", // replaces the annotation's list
-                        "-D" + FlightRecorderPairedBenchmark.RUNS_PROPERTY + "=false", // the entry layout unless runs
-                        "-D" + (layout == null ? FlightRecorderPairedBenchmark.COMPACT_PROPERTY + "=false" : layout))
+                .jvmArgsAppend("--enable-native-access=ALL-UNNAMED") // replaces the annotation's list
                 .build();
         double[] scores = {Double.NaN, Double.NaN};
         for (RunResult r : new Runner(ops).run()) {

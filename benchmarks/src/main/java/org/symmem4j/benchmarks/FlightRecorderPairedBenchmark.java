@@ -79,39 +79,12 @@ public class FlightRecorderPairedBenchmark {
      * ({@link Configuration#FLIGHT_RECORDER_ARRIVAL}): in the entry barrier's shadow.
      */
     static final String ARRIVAL_DEFAULT = "in-shadow";
-    /** {@link Configuration#FLIGHT_RECORDER_PADDED}'s property. */
-    static final String PADDED_PROPERTY = "symmem4j.flight.recorder.padded";
-    /** A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.padded=true} to its forks. */
-    static final String PADDED_SUFFIX = "+padded";
-    /** {@link Configuration#FLIGHT_RECORDER_STORAGE}'s property. */
-    static final String STORAGE_PROPERTY = "symmem4j.flight.recorder.storage";
-    /**
-     * A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.storage=heap} to its forks: the recorder in a heap
-     * array wherever the collector puts it (the layout before 2026-11-30) instead of its page-aligned off-heap segment.
-     */
-    static final String HEAP_SUFFIX = "+heap";
-    /**
-     * A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.storage=off-heap} to its forks: the entries copy the
-     * descriptor while the rank writes its own pad line too (the default before 2026-11-30), against the own-line
-     * default ({@link #STORAGE_DEFAULT}), whose entry is that line, in the same run.
-     */
-    static final String COPY_SUFFIX = "+copy";
-    /** {@link Configuration#FLIGHT_RECORDER_STORAGE}'s default, which a cell without {@code +heap} or {@code +copy} runs. */
-    static final String STORAGE_DEFAULT = "own-line";
     /**
      * The property naming a file each fork appends one line to after its set-up: every rank's {@link
      * FlightRecording#placement} (the recorder's storage, the signal pads and the data regions, with their page and
      * line offsets), so that {@code FlightRecorderCostBench} can print each fork's placement next to its mean.
      */
     static final String PLACEMENT_FILE_PROPERTY = "symmem4j.bench.recorder.placement.file";
-    /** {@link Configuration#FLIGHT_RECORDER_COMPACT}'s property. */
-    static final String COMPACT_PROPERTY = "symmem4j.flight.recorder.compact";
-    /** A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.compact=true} to its forks. */
-    static final String COMPACT_SUFFIX = "+compact";
-    /** {@link Configuration#FLIGHT_RECORDER_RUNS}'s property. */
-    static final String RUNS_PROPERTY = "symmem4j.flight.recorder.runs";
-    /** A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.runs=true} to its forks. */
-    static final String RUNS_SUFFIX = "+runs";
     /** {@link Configuration#FLIGHT_RECORDER_PROBE}'s property. */
     static final String PROBE_PROPERTY = "symmem4j.flight.recorder.probe";
     /** {@link Configuration#WAIT_SPIN_FIRST}'s property. */
@@ -156,34 +129,27 @@ public class FlightRecorderPairedBenchmark {
     static final String ENTRIES_SEPARATOR = "@";
     /**
      * The placements {@link #ARRIVAL_PROPERTY} accepts; a cell of {@code --arrivals} is one of them, followed by any of
-     * {@link #PADDED_SUFFIX}, {@link #COMPACT_SUFFIX}, {@link #RUNS_SUFFIX}, {@link #ARRIVAL_ONLY_SUFFIX}, {@link #NONE_SUFFIX},
-     * {@code +spinN}, {@link #COLD_SUFFIX} or {@code +shareN} (each at most once), and by {@code @E}, a ring of E
-     * entries.
+     * {@link #ARRIVAL_ONLY_SUFFIX}, {@link #NONE_SUFFIX}, {@code +spinN}, {@link #COLD_SUFFIX} or {@code +shareN} (each
+     * at most once), and by {@code @E}, a ring of E entries.
      */
     static final java.util.List<String> ARRIVALS = java.util.List.of("after-wait", "in-shadow");
 
     /**
-     * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact|+runs][+heap|+copy][+arrival|+none][+spinN][+cold|+shareN][@ENTRIES]}.
+     * One cell of {@code --arrivals}, parsed: {@code WHERE[+arrival|+none][+spinN][+cold|+shareN][@ENTRIES]}.
      *
      * @param where     {@code after-wait} or {@code in-shadow}
-     * @param padded    {@link Configuration#FLIGHT_RECORDER_PADDED}
-     * @param compact   {@link Configuration#FLIGHT_RECORDER_COMPACT}
-     * @param storage   {@link Configuration#FLIGHT_RECORDER_STORAGE}: {@code heap} with {@code +heap} or {@code
-     *                  +padded}, {@code off-heap} with {@code +copy}, else {@code own-line}
-     * @param runs      {@link Configuration#FLIGHT_RECORDER_RUNS}: nothing written at arrival, runs of equal collectives
      * @param probe     {@link Configuration#FLIGHT_RECORDER_PROBE}: {@code all}, {@code arrival} or {@code none}
      * @param spinFirst {@link Configuration#WAIT_SPIN_FIRST}
      * @param entries   the recorder's entries while on
      * @param prewarm   all-reduces of the pre-warm ({@link #prewarm}): {@link #PREWARM_DEFAULT}, 0 with {@code +cold}
      * @param every     the pre-warm has the recorder on in one period of every this many: 2, or N with {@code +shareN}
      */
-    record Cell(String where, boolean padded, boolean compact, String storage, boolean runs, String probe, int spinFirst,
-                int entries, int prewarm, int every) {
+    record Cell(String where, String probe, int spinFirst, int entries, int prewarm, int every) {
 
         /**
          * Parses a cell.
          *
-         * @param spec           the cell, e.g. {@code in-shadow+compact@256} or {@code in-shadow+arrival+spin64}
+         * @param spec           the cell, e.g. {@code in-shadow@256} or {@code in-shadow+arrival+spin64}
          * @param defaultEntries the entries of a cell without {@code @E} ({@code --entries})
          * @return the cell
          */
@@ -197,11 +163,6 @@ public class FlightRecorderPairedBenchmark {
             }
             String[] parts = rest.split("\\+", -1);
             String where = parts[0];
-            boolean padded = false;
-            boolean compact = false;
-            boolean heap = false;
-            boolean copy = false;
-            boolean runs = false;
             String probe = "all";
             int spinFirst = 0;
             int prewarm = PREWARM_DEFAULT;
@@ -214,16 +175,6 @@ public class FlightRecorderPairedBenchmark {
                         : flag.equals(COLD_SUFFIX) || flag.startsWith(SHARE_PREFIX) ? COLD_SUFFIX : flag;
                 if (!seen.add(kind)) {
                     bad = flag + " twice";
-                } else if (flag.equals(PADDED_SUFFIX)) {
-                    padded = true;
-                } else if (flag.equals(COMPACT_SUFFIX)) {
-                    compact = true;
-                } else if (flag.equals(HEAP_SUFFIX)) {
-                    heap = true;
-                } else if (flag.equals(COPY_SUFFIX)) {
-                    copy = true;
-                } else if (flag.equals(RUNS_SUFFIX)) {
-                    runs = true;
                 } else if (flag.equals(COLD_SUFFIX)) {
                     prewarm = 0;
                 } else if (flag.equals(ARRIVAL_ONLY_SUFFIX) || flag.equals(NONE_SUFFIX)) {
@@ -239,25 +190,16 @@ public class FlightRecorderPairedBenchmark {
                     bad = "an unknown part " + flag;
                 }
             }
-            if ((padded ? 1 : 0) + (compact ? 1 : 0) + (runs ? 1 : 0) > 1) {
-                bad = "more than one of +padded, +compact and +runs";
-            }
-            if (heap && (padded || runs)) {
-                bad = "+heap with +padded or +runs (both keep the recorder on the heap already)";
-            }
-            if (copy && (heap || padded || runs)) {
-                bad = "+copy with +heap, +padded or +runs (+copy is the off-heap storage)";
-            }
             if (!ARRIVALS.contains(where) || entries < 1 || spinFirst > 4096 || bad != null) {
-                throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE[+padded|+compact|+runs][+heap|+copy]"
+                throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE"
                         + "[+arrival|+none][+spinN][+cold|+shareM][@ENTRIES] with WHERE one of " + ARRIVALS
                         + ", 0 <= N <= 4096, M >= 2 and"
                         + " ENTRIES >= 1, found where=" + where + " entries=" + (at >= 0 ? spec.substring(at + 1) : entries)
                         + (bad == null ? "" : ", " + bad)
-                        + " (fix: e.g. --arrivals in-shadow,in-shadow+compact,in-shadow@256,in-shadow+arrival,in-shadow+none,"
-                        + "in-shadow+spin64,in-shadow+cold,in-shadow+heap,in-shadow+copy,in-shadow+runs)");
+                        + " (fix: e.g. --arrivals in-shadow,after-wait,in-shadow@256,in-shadow+arrival,in-shadow+none,"
+                        + "in-shadow+spin64,in-shadow+cold,in-shadow+share20)");
             }
-            return new Cell(where, padded, compact, heap || padded ? "heap" : copy ? "off-heap" : STORAGE_DEFAULT, runs, probe, spinFirst, entries, prewarm, every);
+            return new Cell(where, probe, spinFirst, entries, prewarm, every);
         }
 
         /** {@return {@code text} as a whole number, or -1 when it is not one} */
@@ -276,12 +218,7 @@ public class FlightRecorderPairedBenchmark {
      *
      * @param entries the recorder's size while on
      * @param arrival a cell ({@link Cell#parse}): {@code after-wait} or {@code in-shadow} ({@link
-     *                Configuration#FLIGHT_RECORDER_ARRIVAL}), with {@link #PADDED_SUFFIX} for {@link
-     *                Configuration#FLIGHT_RECORDER_PADDED} or {@link #COMPACT_SUFFIX} for {@link
-     *                Configuration#FLIGHT_RECORDER_COMPACT}, {@link #HEAP_SUFFIX} for {@link
-     *                Configuration#FLIGHT_RECORDER_STORAGE} {@code heap}, {@link #COPY_SUFFIX} for {@code off-heap},
-     *                {@link #RUNS_SUFFIX} for {@link
-     *                Configuration#FLIGHT_RECORDER_RUNS}, {@code +arrival} or {@code +none} for {@link
+     *                Configuration#FLIGHT_RECORDER_ARRIVAL}), with {@code +arrival} or {@code +none} for {@link
      *                Configuration#FLIGHT_RECORDER_PROBE}, {@code +spinN} for {@link Configuration#WAIT_SPIN_FIRST},
      *                {@link #COLD_SUFFIX} for no pre-warm, {@code +shareN} for a pre-warm with the recorder on in
      *                1/N of the collectives, and {@code @E} for a ring of E entries
@@ -304,9 +241,6 @@ public class FlightRecorderPairedBenchmark {
         List<String> flags = new java.util.ArrayList<>(List.of("--enable-native-access=ALL-UNNAMED",
                 "--add-modules=jdk.incubator.vector", "-Xmx1g",
                 "-D" + ENTRIES_PROPERTY + "=" + c.entries(), "-D" + ARRIVAL_PROPERTY + "=" + c.where(),
-                "-D" + PADDED_PROPERTY + "=" + c.padded(), "-D" + COMPACT_PROPERTY + "=" + c.compact(),
-                "-D" + STORAGE_PROPERTY + "=" + c.storage(),
-                "-D" + RUNS_PROPERTY + "=" + c.runs(),
                 "-D" + PROBE_PROPERTY + "=" + c.probe(), "-D" + SPIN_FIRST_PROPERTY + "=" + c.spinFirst(),
                 "-D" + PREWARM_PROPERTY + "=" + c.prewarm(), "-D" + PREWARM_EVERY_PROPERTY + "=" + c.every()));
         if (jitLog) {
@@ -363,26 +297,6 @@ public class FlightRecorderPairedBenchmark {
             throw new IllegalStateException("the recorder's placement property is "
                     + Configuration.FLIGHT_RECORDER_ARRIVAL.property() + ", expected " + ARRIVAL_PROPERTY
                     + " (fix: update ARRIVAL_PROPERTY)");
-        }
-        if (!PADDED_PROPERTY.equals(Configuration.FLIGHT_RECORDER_PADDED.property())) {
-            throw new IllegalStateException("the recorder's padding property is "
-                    + Configuration.FLIGHT_RECORDER_PADDED.property() + ", expected " + PADDED_PROPERTY
-                    + " (fix: update PADDED_PROPERTY)");
-        }
-        if (!COMPACT_PROPERTY.equals(Configuration.FLIGHT_RECORDER_COMPACT.property())) {
-            throw new IllegalStateException("the recorder's compact-layout property is "
-                    + Configuration.FLIGHT_RECORDER_COMPACT.property() + ", expected " + COMPACT_PROPERTY
-                    + " (fix: update COMPACT_PROPERTY)");
-        }
-        if (!STORAGE_PROPERTY.equals(Configuration.FLIGHT_RECORDER_STORAGE.property())) {
-            throw new IllegalStateException("the recorder's storage property is "
-                    + Configuration.FLIGHT_RECORDER_STORAGE.property() + ", expected " + STORAGE_PROPERTY
-                    + " (fix: update STORAGE_PROPERTY)");
-        }
-        if (!RUNS_PROPERTY.equals(Configuration.FLIGHT_RECORDER_RUNS.property())) {
-            throw new IllegalStateException("the recorder's run-length property is "
-                    + Configuration.FLIGHT_RECORDER_RUNS.property() + ", expected " + RUNS_PROPERTY
-                    + " (fix: update RUNS_PROPERTY)");
         }
         if (!PROBE_PROPERTY.equals(Configuration.FLIGHT_RECORDER_PROBE.property())
                 || !SPIN_FIRST_PROPERTY.equals(Configuration.WAIT_SPIN_FIRST.property())) {
@@ -461,10 +375,7 @@ public class FlightRecorderPairedBenchmark {
         prewarm(prewarmOps);
         System.out.println("flight recorder paired benchmark: one communicator per rank, recorder of "
                 + Configuration.FLIGHT_RECORDER_ENTRIES.get() + " entries switched per iteration, entry written "
-                + Configuration.FLIGHT_RECORDER_ARRIVAL.get() + (Configuration.FLIGHT_RECORDER_PADDED.get()
-                ? ", padded" : "") + ", storage " + Configuration.FLIGHT_RECORDER_STORAGE.get() + (Configuration.FLIGHT_RECORDER_COMPACT.get() ? ", compact" : "")
-                + (Configuration.FLIGHT_RECORDER_RUNS.get() ? ", runs (nothing written at arrival)" : "")
-                + ", probe " + Configuration.FLIGHT_RECORDER_PROBE.get() + ", wait spin-first "
+                + Configuration.FLIGHT_RECORDER_ARRIVAL.get() + ", probe " + Configuration.FLIGHT_RECORDER_PROBE.get() + ", wait spin-first "
                 + Configuration.WAIT_SPIN_FIRST.get() + ", pre-warm " + prewarmOps + " all-reduces, the recorder on in"
                 + " 1 of every " + every + " periods of " + PREWARM_PERIOD + "; pid " + ProcessHandle.current().pid() + "; ranks " + (pin ? "pinned to CPUs "
                 + java.util.Arrays.toString(java.util.Arrays.copyOf(cpus, ranks)) : "not pinned (-D" + BenchCpus.PROPERTY

@@ -12,74 +12,23 @@ import org.junit.jupiter.api.Test;
 class FlightRecorderCostBenchTest {
 
     @Test
-    void aPaddedCellsForksGetThePlacementAndThePadding() {
-        List<String> padded = List.of(FlightRecorderPairedBenchmark.forkFlags(64, "in-shadow+padded"));
-        assertTrue(padded.contains("-Dsymmem4j.flight.recorder.arrival=in-shadow"), padded.toString());
-        assertTrue(padded.contains("-Dsymmem4j.flight.recorder.padded=true"), padded.toString());
-        assertTrue(padded.contains("-Dsymmem4j.flight.recorder.entries=64"), padded.toString());
+    void aCellsForksGetThePlacementAndTheRingSize() {
+        List<String> shadow = List.of(FlightRecorderPairedBenchmark.forkFlags(64, "in-shadow"));
+        assertTrue(shadow.contains("-Dsymmem4j.flight.recorder.arrival=in-shadow"), shadow.toString());
+        assertTrue(shadow.contains("-Dsymmem4j.flight.recorder.entries=64"), shadow.toString());
         List<String> plain = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "after-wait"));
         assertTrue(plain.contains("-Dsymmem4j.flight.recorder.arrival=after-wait"), plain.toString());
-        assertTrue(plain.contains("-Dsymmem4j.flight.recorder.padded=false"), plain.toString());
-        assertTrue(plain.contains("-Dsymmem4j.flight.recorder.compact=false"), plain.toString());
-    }
-
-    @Test
-    void aCompactCellWithItsOwnRingSize() {
-        List<String> compact = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+compact@256"));
-        assertTrue(compact.contains("-Dsymmem4j.flight.recorder.arrival=in-shadow"), compact.toString());
-        assertTrue(compact.contains("-Dsymmem4j.flight.recorder.compact=true"), compact.toString());
-        assertTrue(compact.contains("-Dsymmem4j.flight.recorder.padded=false"), compact.toString());
-        assertTrue(compact.contains("-Dsymmem4j.flight.recorder.entries=256"), compact.toString());
-        List<String> small = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow@64"));
-        assertTrue(small.contains("-Dsymmem4j.flight.recorder.entries=64"), small.toString());
-        assertTrue(small.contains("-Dsymmem4j.flight.recorder.compact=false"), small.toString());
-        for (String bad : new String[] {"in-shade", "in-shadow@", "in-shadow@0", "in-shadow+tight", "in-shadow@x"}) {
+        // the removed layouts' settings are set no more: a fork runs the one layout
+        String removed = "-Dsymmem4j\\.flight\\.recorder\\.(padded|compact|storage|runs)=.*";
+        assertTrue(plain.stream().noneMatch(f -> f.matches(removed)), plain.toString());
+        List<String> small = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow@256"));
+        assertTrue(small.contains("-Dsymmem4j.flight.recorder.arrival=in-shadow"), small.toString());
+        assertTrue(small.contains("-Dsymmem4j.flight.recorder.entries=256"), small.toString());
+        for (String bad : new String[] {"in-shade", "in-shadow@", "in-shadow@0", "in-shadow+tight", "in-shadow@x",
+            "in-shadow+padded", "in-shadow+compact", "in-shadow+heap", "in-shadow+copy", "in-shadow+runs"}) {
             IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                     () -> FlightRecorderPairedBenchmark.forkFlags(1024, bad), bad);
-            assertTrue(e.getMessage().contains("fix: e.g. --arrivals in-shadow,in-shadow+compact"), e.getMessage());
-        }
-    }
-
-    @Test
-    void aHeapCellPutsTheRecorderBackOnTheHeapAndTheDefaultKeepsItOff() {
-        List<String> heap = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+heap"));
-        assertTrue(heap.contains("-Dsymmem4j.flight.recorder.storage=heap"), heap.toString());
-        assertTrue(heap.contains("-Dsymmem4j.flight.recorder.padded=false"), heap.toString());
-        List<String> plain = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow"));
-        assertTrue(plain.contains("-Dsymmem4j.flight.recorder.storage=own-line"), plain.toString());
-        // +copy: the off-heap entries that copy the descriptor (the default before own-line), in the same run
-        List<String> copy = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+copy"));
-        assertTrue(copy.contains("-Dsymmem4j.flight.recorder.storage=off-heap"), copy.toString());
-        // padded is a heap layout: its forks say so
-        List<String> padded = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+padded"));
-        assertTrue(padded.contains("-Dsymmem4j.flight.recorder.storage=heap"), padded.toString());
-        List<String> compact = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+compact+heap"));
-        assertTrue(compact.contains("-Dsymmem4j.flight.recorder.storage=heap")
-                && compact.contains("-Dsymmem4j.flight.recorder.compact=true"), compact.toString());
-        for (String bad : new String[] {"in-shadow+heap+padded", "in-shadow+runs+heap", "in-shadow+heap+heap",
-            "in-shadow+copy+heap", "in-shadow+runs+copy"}) {
-            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                    () -> FlightRecorderPairedBenchmark.forkFlags(1024, bad), bad);
-            assertTrue(e.getMessage().contains("[+heap|+copy]") && e.getMessage().contains("in-shadow+copy"),
-                    e.getMessage());
-        }
-    }
-
-    @Test
-    void aRunsCellAndItsAaControl() {
-        List<String> runs = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+runs"));
-        assertTrue(runs.contains("-Dsymmem4j.flight.recorder.runs=true"), runs.toString());
-        assertTrue(runs.contains("-Dsymmem4j.flight.recorder.compact=false"), runs.toString());
-        assertTrue(runs.contains("-Dsymmem4j.flight.recorder.probe=all"), runs.toString());
-        List<String> control = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+runs+none"));
-        assertTrue(control.contains("-Dsymmem4j.flight.recorder.runs=true"), control.toString());
-        assertTrue(control.contains("-Dsymmem4j.flight.recorder.probe=none"), control.toString());
-        assertTrue(List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow"))
-                .contains("-Dsymmem4j.flight.recorder.runs=false"));
-        for (String bad : new String[] {"in-shadow+runs+compact", "in-shadow+padded+runs", "in-shadow+runs+runs"}) {
-            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                    () -> FlightRecorderPairedBenchmark.forkFlags(1024, bad), bad);
-            assertTrue(e.getMessage().contains("in-shadow+runs)"), e.getMessage());
+            assertTrue(e.getMessage().contains("fix: e.g. --arrivals in-shadow,after-wait"), e.getMessage());
         }
     }
 
@@ -109,9 +58,8 @@ class FlightRecorderCostBenchTest {
 
     @Test
     void probeAndSpinCellsCombine() {
-        List<String> f = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+compact+arrival+spin64@256"));
+        List<String> f = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+arrival+spin64@256"));
         assertTrue(f.contains("-Dsymmem4j.flight.recorder.arrival=in-shadow"), f.toString());
-        assertTrue(f.contains("-Dsymmem4j.flight.recorder.compact=true"), f.toString());
         assertTrue(f.contains("-Dsymmem4j.flight.recorder.probe=arrival"), f.toString());
         assertTrue(f.contains("-Dsymmem4j.wait.spinfirst=64"), f.toString());
         assertTrue(f.contains("-Dsymmem4j.flight.recorder.entries=256"), f.toString());
@@ -121,7 +69,7 @@ class FlightRecorderCostBenchTest {
         List<String> none = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+none"));
         assertTrue(none.contains("-Dsymmem4j.flight.recorder.probe=none"), none.toString());
         for (String bad : new String[] {"in-shadow+arrival+none", "in-shadow+spin", "in-shadow+spin-1",
-            "in-shadow+spin5000", "in-shadow+spin8+spin8", "in-shadow+padded+compact", "in-shadow+"}) {
+            "in-shadow+spin5000", "in-shadow+spin8+spin8", "in-shadow+none+none", "in-shadow+"}) {
             IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                     () -> FlightRecorderPairedBenchmark.forkFlags(1024, bad), bad);
             assertTrue(e.getMessage().contains("fix: e.g. --arrivals in-shadow,"), e.getMessage());

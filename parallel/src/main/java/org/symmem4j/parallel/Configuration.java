@@ -217,88 +217,9 @@ public final class Configuration {
             .describedAs("where the flight recorder writes a collective's entry: `in-shadow` between this rank's"
                     + " publish and its wait (measured cheaper: bench/results/2026-11-29-recorder-placement-16core.md),"
                     + " `after-wait` once the entry barrier passed (a rank that fails while waiting writes it on the"
-                    + " failure path; to compare their cost in `FlightRecorderCostBench --arrivals`); only with"
-                    + " `symmem4j.flight.recorder.runs=false` (the run-length layout writes nothing at arrival); read"
-                    + " once per JVM")
+                    + " failure path; to compare their cost in `FlightRecorderCostBench --arrivals`); read once per"
+                    + " JVM")
             .build("in-shadow", "`in-shadow`", choice("after-wait", "in-shadow"));
-
-    /**
-     * {@code symmem4j.flight.recorder.storage}: where the flight recorder keeps its entries and its two per-collective
-     * counters, in one page-aligned off-heap segment per recorder (the default) or in a heap array (issue #36, the
-     * placement test).
-     */
-    public static final Setting<String> FLIGHT_RECORDER_STORAGE = Setting.property("symmem4j.flight.recorder.storage")
-            .type("choice")
-            .accepts("`own-line`, `off-heap`, `heap`")
-            .experimental()
-            .describedAs("where each rank's flight recorder keeps its entries and its two per-collective counters:"
-                    + " `own-line` (the default), one page-aligned segment per recorder whose 128-byte entries are the"
-                    + " descriptor line a rank publishes at its entry barrier: with the recorder on, the rank writes its"
-                    + " own line there instead of into its own signal pad, so the entry costs the begin stamp, the"
-                    + " name word and the state words, not a second copy of the arguments (2026-11-30, #36); `off-heap`,"
-                    + " one segment per recorder allocated page-aligned, the counters on a line of their own"
-                    + " at page offset 3968 and the entries from the next page, so that nothing the recorder writes per"
-                    + " collective shares a cache line or a 4 KiB alias with another rank's data, pads or objects, in"
-                    + " every JVM alike; `heap`, a `long[]` wherever the collector puts it, next to other objects (the"
-                    + " layout before 2026-11-30; to compare in `FlightRecorderCostBench --arrivals"
-                    + " in-shadow,in-shadow+heap`; `off-heap` with `+copy`); `symmem4j.flight.recorder.padded=true` implies `heap`,"
-                    + " `compact=true` implies `off-heap` at most; read once per JVM")
-            .build("own-line", "`own-line`", choice("own-line", "off-heap", "heap"));
-
-    /**
-     * {@code symmem4j.flight.recorder.padded}: whether the flight recorder keeps what it writes per collective (its
-     * entries and its two counters) at least 128 bytes away from every other heap object (issue #36, the one-shot
-     * false-sharing test).
-     */
-    public static final Setting<Boolean> FLIGHT_RECORDER_PADDED = Setting.property("symmem4j.flight.recorder.padded")
-            .type("boolean")
-            .accepts("`true`, `false`")
-            .experimental()
-            .describedAs("whether the flight recorder's ring and names carry 128 bytes of padding at both ends and its"
-                    + " two per-collective counters live in the ring's head padding instead of in the recorder"
-                    + " object, so that nothing it writes per collective shares a cache line (or an adjacent-line"
-                    + " pair) with another object, such as a peer rank's (to compare in `FlightRecorderCostBench"
-                    + " --arrivals in-shadow,in-shadow+padded`: measured slower on 16 cores, +48 ns against +21 ns per"
-                    + " 1 KiB one-shot all-reduce); read once per JVM")
-            .build(false, "`false`", Configuration::bool);
-
-    /**
-     * {@code symmem4j.flight.recorder.compact}: whether the flight recorder keeps each entry in 32 bytes instead of 64
-     * plus a name reference (issue #36, the one-shot cache-footprint test).
-     */
-    public static final Setting<Boolean> FLIGHT_RECORDER_COMPACT = Setting.property("symmem4j.flight.recorder.compact")
-            .type("boolean")
-            .accepts("`true`, `false`")
-            .experimental()
-            .describedAs("whether the flight recorder keeps each entry in 32 bytes (sequence, begun, ended, and one"
-                    + " word of shape, failure, name index and an index into a ring of distinct arguments, appended to"
-                    + " only when a collective's count, bytes or region differ from the previous one's) instead of 64"
-                    + " bytes and a name reference: 1,024 entries walk 32 KiB per lap instead of 68 KiB, inside a 48 KiB"
-                    + " L1 (to compare in `FlightRecorderCostBench --arrivals in-shadow,in-shadow+compact`); the dump"
-                    + " is the same; read once per JVM; not combined with `symmem4j.flight.recorder.padded`")
-            .build(false, "`false`", Configuration::bool);
-
-    /**
-     * {@code symmem4j.flight.recorder.runs}: whether the flight recorder keeps runs of equal consecutive collectives
-     * and writes nothing when a rank arrives at its entry barrier (issue #36: the arrival write off the hot path); the
-     * default, {@code false} gives the layout of an entry per collective.
-     */
-    public static final Setting<Boolean> FLIGHT_RECORDER_RUNS = Setting.property("symmem4j.flight.recorder.runs")
-            .type("boolean")
-            .accepts("`true`, `false`")
-            .experimental()
-            .describedAs("whether the flight recorder keeps a ring of runs (consecutive collectives with the same name"
-                    + " and arguments, 128 bytes each) instead of an entry per collective, and writes nothing when a rank"
-                    + " arrives at its entry barrier: a waiting rank's arguments are the descriptor it published into"
-                    + " its own pad, copied in only by a failure or a timeout message; after the barrier a collective"
-                    + " like the one before costs one store (and the return one), begin and end times are kept for the"
-                    + " first and last of each run and the collective in flight; the dump expands the runs (to compare in"
-                    + " `FlightRecorderCostBench --arrivals in-shadow,in-shadow+runs,in-shadow+none`); read once per JVM;"
-                    + " wins over `symmem4j.flight.recorder.padded` and `symmem4j.flight.recorder.compact`; `false`: an"
-                    + " entry per collective, written at arrival, with its own times (the default: on 32 idle cores the"
-                    + " runs cost +20.7 ns per 1 KiB one-shot all-reduce on 2 ranks against the entries' +7.1 ns, same run,"
-                    + " bench/results/2026-11-29-recorder-runs-32core.md)")
-            .build(false, "`false`", Configuration::bool);
 
     /**
      * {@code symmem4j.flight.recorder.probe}: which of the flight recorder's per-collective calls the control plane makes

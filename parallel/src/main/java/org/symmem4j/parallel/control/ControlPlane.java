@@ -145,10 +145,6 @@ public final class ControlPlane implements AutoCloseable {
     public long begin(String what) {
         long s = seq++;
         sync.beginOp(what, s); // the recorder takes the name from there when this rank arrives
-        FlightRecorder r = FlightRecorder.RUNS ? recorder : null;
-        if (r != null && RECORD_ENDS) {
-            r.begun(); // the run-length layout's begin time: a store only when the coarse clock's millisecond moved
-        }
         if (CollectiveEvent.TYPE.isEnabled()) {
             beginEvent(s, what);
         }
@@ -302,8 +298,7 @@ public final class ControlPlane implements AutoCloseable {
      *         the same on every rank (the caller throws it as a {@link CollectiveMismatchException})
      */
     public String arriveAndCheck(Descriptor mine) {
-        // the run-length layout writes nothing here: a waiting rank's arguments are the descriptor it publishes
-        FlightRecorder rec = RECORD_ARRIVAL && !FlightRecorder.RUNS ? recorder : null;
+        FlightRecorder rec = RECORD_ARRIVAL ? recorder : null;
         sync.arrive(mine, RECORD_IN_SHADOW ? rec : null);
         if (rec != null && !RECORD_IN_SHADOW) {
             // after the wait, not in its shadow (PadSynchronizer.arrive says why); a wait that throws leaves the entry

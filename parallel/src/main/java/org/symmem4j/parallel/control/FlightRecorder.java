@@ -31,77 +31,53 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * the model; here the entry barrier already names the missing rank, and the dump adds what each rank
  * did before.
  *
+ * <p><b>The entry is the rank's own descriptor line.</b> The ring lives in one page-aligned off-heap segment per
+ * recorder ({@link FlightRecorderLayout}); each entry is 128 bytes: the descriptor line this rank publishes at its
+ * entry barrier ({@link OpDescriptorLayout}), followed by the recorder's own words. With the recorder on, {@link
+ * PadSynchronizer#arrive} writes this rank's own line into the entry instead of into its own pad, so the arguments
+ * are written once per collective, as with the recorder off, and the recorder adds 5 plain stores (begin, end and
+ * name word at arrival, {@link #ownLineWritten}; the started word, {@link #started}; the end stamp, {@link
+ * #completed}) and no counter. By long index:
  * <pre>
- *  slot = seq &amp; (capacity - 1)    one entry per collective, overwritten capacity calls later; entry
- *                                  slot is the 8 longs (64 bytes) ring[8 * slot .. 8 * slot + 7]:
- *  [0] SEQ            the control plane's sequence number (barriers inside collectives count too)
- *  [1] COUNT          elements        \
- *  [2] BYTES          buffer bytes     | written by arrived(); meaningless while SHAPE is 0
- *  [3] MEMORY_ID      symmetric region | (the dump then shows -1, -1, -1, 0: failed before arriving)
- *  [4] MEMORY_OFFSET                  /
- *  [5] BEGUN          epoch ms when this rank arrived ({@link CoarseClock}: about 1 ms resolution)
- *  [6] ENDED          epoch ms when it returned or failed here, 0 while neither
- *  [7] SHAPE_FAILED   failed &lt;&lt; 32 | shape, shape = kind+1 | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 | algorithm+1 &lt;&lt; 24
- *                     (shape 0: failed before it arrived)
- *  what[slot]         the operation's name (heap storage; the off-heap ones keep its index in SHAPE_FAILED)
- *  state, derived when read: FAILED if flagged; else COMPLETED if ENDED; else STARTED if the entry barrier
- *                     passed (startedSeq, one field); else SCHEDULED (arrived, waiting for the others)
+ *  slot = seq &amp; (capacity - 1); entry at byte {@link FlightRecorderLayout#ENTRIES_OFFSET} + 128 * slot of the segment
+ *  [0]     SHAPE_FAILED  (the descriptor's epoch word, never written into an entry by arrive(); the recorder's):
+ *                        name &lt;&lt; 33 | failed &lt;&lt; 32 | shape, shape = kind+1 | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 |
+ *                        algorithm+1 &lt;&lt; 24 (shape 0: failed before it arrived, no arguments), name an index
+ *                        into the names seen (11 bits; 2047: the name is in {@code what[slot]})
+ *  [1]     SEQ           the control plane's sequence number (barriers inside collectives count too)
+ *  [2..4]  kind, dtype, op, algorithm, root, problem (ints)            \
+ *  [5]     COUNT         elements                                       |  the descriptor, as arrive() writes it
+ *  [6]     BYTES         buffer bytes                                   |  into a peer's pad (meaningless while
+ *  [7]     MEMORY_ID     symmetric region, -1 for staged buffers        |  SHAPE is 0: the dump then shows
+ *  [8]     MEMORY_OFFSET                                                |  -1, -1, -1, 0)
+ *  [9]     recv bytes                                                  /
+ *  [10]    BEGUN         epoch ms when this rank arrived ({@link CoarseClock}: about 1 ms resolution); 0: the
+ *                        slot holds no entry recorded for SEQ (began, neither arrived nor failed)
+ *  [11]    ENDED         epoch ms when it returned or failed here, 0 while neither
+ *  [12]    STARTED       the sequence number whose entry barrier passed in this slot
+ *  [13..15]              zero
+ *  state, derived when read: FAILED if flagged; else COMPLETED if ENDED; else STARTED if STARTED equals SEQ; else
+ *                        SCHEDULED (arrived, waiting for the others)
  * </pre>
- *
- * <p>The layout above is the copying entry layout ({@code storage=off-heap} or {@code heap}); the default,
- * {@code own-line}, holds the same words in a 128-byte entry ({@link #OWN_LINE}); runs: below.
+ * No counter is written per collective: the newest recorded number is found by reading the entries ({@link
+ * #lastSeq()}, failure and dump paths only). The hot path compares an operation's name by reference with the first
+ * names seen, kept in fields, so it reads no per-slot array and stores no reference; the fields it reads sit between
+ * 128-byte pads in this object ({@link FlightRecorderFields}) and are not written per collective.
  *
  * <p><b>Per collective, one write of its entry, in the entry barrier's shadow</b> (by default, {@link
  * Configuration#FLIGHT_RECORDER_ARRIVAL}; {@code after-wait}: {@link ControlPlane#arriveAndCheck} calls {@link #arrived}
- * once every peer's descriptor is here), before the agreement check and before any data moves;
- * the barrier's verdict then costs one field store ({@link #started}) and the return one guarded store of a clock stamp
- * ({@link #completed}); the state is derived when read. A rank whose wait throws (timeout, dead or aborting peer) has
- * its entry written by the failure path from the descriptor it published ({@link ControlPlane#failed}), and a timeout
- * message built inside the wait writes it first too, so the dump and the message show it arrived (SCHEDULED, with its
- * arguments). A rank that finds the group aborted throws before it publishes: {@link #failed} writes its entry
- * without arguments.
+ * once every peer's descriptor is here, measured dearer: +60 against +45 ns on 16 cores, {@code
+ * bench/results/2026-11-29-recorder-placement-16core.md}, kept so that one run measures both), before the agreement
+ * check and before any data moves; the barrier's verdict then costs one store ({@link #started}) and the return one
+ * guarded store of a clock stamp ({@link #completed}); the state is derived when read. A rank whose wait throws
+ * (timeout, dead or aborting peer) has its entry written by the failure path from the descriptor it published
+ * ({@link ControlPlane#failed}), and a timeout message built inside the wait writes it first too, so the dump and the
+ * message show it arrived (SCHEDULED, with its arguments). A rank that finds the group aborted throws before it
+ * publishes: {@link #failed} writes its entry without arguments.
  *
- * <p>Why in the shadow: measured on 16 idle cores, one-shot 1 KiB on 2 ranks, after the wait cost +60 ns against +45 ns
- * in the shadow, intervals apart ({@code bench/results/2026-11-29-recorder-placement-16core.md}), which refuted the
- * account (in-order reorder and store buffers full at a one-shot entry barrier) that had moved it after the wait;
- * {@code after-wait} is kept so that one run measures both ({@code FlightRecorderCostBench --arrivals
- * after-wait,in-shadow}). The history is in {@code docs/flight-recorder.md}.
- *
- * <p><b>Own line (the default since 2026-11-30, {@link #OWN_LINE}).</b> The entry is 128 bytes, the rank's own
- * descriptor line followed by the recorder's words, and with the recorder on the rank writes its own line there
- * instead of into its own pad: the arguments are written once per collective as with the recorder off, and the
- * recorder adds 5 stores (begin, end, name word at arrival; started; the end stamp) and no counter. The layout below
- * ({@code storage=off-heap}) copies the descriptor into a 64-byte entry after the rank wrote it into its own pad too.
- *
- * <p><b>Storage: one page-aligned off-heap segment per recorder ({@link Configuration#FLIGHT_RECORDER_STORAGE} {@code
- * own-line} or {@code off-heap}).</b> The entries (and, copying, {@code lastSeq} and {@code startedSeq}) live in a
- * segment of their own ({@link FlightRecorderLayout}), at the same page and line offsets in every JVM, sharing no line
- * with another rank's pad, data or heap object. Each entry carries its operation's name as an index (SHAPE_FAILED's
- * bits 33-43), compared by reference with four names kept in fields, so the hot path reads no per-slot array and
- * stores no reference. The fields it reads ({@code mask}, the storage, the names) sit between 128-byte pads in this
- * object ({@link FlightRecorderFields}) and are not written per collective ({@code
- * bench/results/2026-11-30-recorder-placement.md}). {@code heap} keeps the array of before, for comparison in one run.
- *
- * <p><b>Padded (experimental, {@link Configuration#FLIGHT_RECORDER_PADDED}; a heap layout: it implies {@code
- * storage=heap}).</b> Nothing written per collective lies within 128 bytes of another heap object: {@code ring} has
- * 16 longs before its first entry and 16 after its last, the two counters live in the last line of the head padding,
- * and {@code what} has 32 references before and after its names (the false-sharing test of #36, {@code
- * bench/results/2026-11-29-recorder-false-sharing-2core.md}; measured slower on 16 cores).
- *
- * <p><b>Compact (experimental, {@link Configuration#FLIGHT_RECORDER_COMPACT}).</b> An entry is 4 longs, {@code [0] SEQ,
- * [1] BEGUN, [2] ENDED, [3] SHAPE_FAILED}, the last word also holding the name's index (bits 33-43) and the slot of
- * its arguments in {@code args} (bits 44-63), a ring appended to only when a collective's arguments differ from its
- * newest record: the cache-footprint test of #36; padded wins when both are set.
- *
- * <p><b>Runs (experimental, off by default, {@link Configuration#FLIGHT_RECORDER_RUNS}): the arrival write removed,
- * not moved; measured slower</b> (32 idle cores, 2026-11-29: +20.7 ns per 1 KiB one-shot all-reduce on 2 ranks against
- * the entry layout's +7.1 ns). Nothing is written at arrival: a waiting rank's arguments are the descriptor it
- * published into its own pad, which the failure and message paths copy in ({@link ControlPlane#failed}). The ring
- * holds runs ({@link FlightRuns}): after the barrier passed ({@link #started(OpDescriptorLayout.Descriptor, String)})
- * a collective equal to the newest run and numbered right after it costs one store, the return one store, the stamps
- * only when the coarse clock's millisecond moved. The dump expands the runs to the same per-collective records
- * (FlightRecorderRunsTest), except that a collective inside a run has no times of its own (null); each record of a
- * longer run names it ({@code "run": {"firstSeq", "lastSeq"}}). A failure splits the failed collective off its run.
+ * <p>Five other storage layouts (copying off-heap entries, a heap array, padded, compact, runs of equal collectives)
+ * were measured no cheaper and removed on 2026-11-30: their story is in {@code docs/flight-recorder.md}, their numbers
+ * in {@code bench/results} (2026-11-28 to 30, {@code *recorder*}).
  *
  * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
  * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread
@@ -133,55 +109,30 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     private final int rank;
     private final int worldSize;
     private final String communicator;
-    /**
-     * Whether each entry is 4 longs (32 bytes) and its arguments in {@link #args}, a ring of records appended to only
-     * when they change: {@link Configuration#FLIGHT_RECORDER_COMPACT}, read once per JVM (C2 folds every branch on it).
-     */
-    private static final boolean COMPACT = Configuration.FLIGHT_RECORDER_COMPACT.get() && !Configuration.FLIGHT_RECORDER_PADDED.get();
-    /**
-     * Whether the recorder keeps runs of equal consecutive collectives ({@link FlightRuns}) instead of an entry per
-     * collective, and writes nothing at arrival: {@link Configuration#FLIGHT_RECORDER_RUNS}, read once per JVM (C2
-     * folds every branch on it); it wins over padded and compact.
-     */
-    static final boolean RUNS = Configuration.FLIGHT_RECORDER_RUNS.get();
-    /**
-     * Whether each entry is the 128-byte descriptor line this rank publishes at its entry barrier ({@link
-     * Configuration#FLIGHT_RECORDER_STORAGE} {@code own-line}, the default; not with padded, compact or runs): with
-     * the recorder on, {@link PadSynchronizer#arrive} writes this rank's own line into the entry instead of into its
-     * own pad ({@link #arrived} writes it there, in {@link OpDescriptorLayout}'s layout), so the arguments are
-     * written once, as with the recorder off, and the entry adds only its other words. By long index:
-     * <pre>
-     *  [0] SHAPE_FAILED (the descriptor's epoch word, unused in an entry)   [1] SEQ
-     *  [2..4] kind, dtype, op, algorithm, root, problem (ints)   [5] COUNT   [6] BYTES   [7] MEMORY_ID
-     *  [8] MEMORY_OFFSET   [9] recv bytes   [10] BEGUN   [11] ENDED   [12] STARTED: the sequence number whose entry
-     *  barrier passed in this slot (the entry is STARTED when it equals SEQ)   [13..15] zero
-     * </pre>
-     * No counter is written per collective: the newest recorded number is found by reading the entries
-     * ({@link #lastSeq()}, failure paths only), an entry being recorded when its BEGUN is not 0.
-     */
-    static final boolean OWN_LINE = "own-line".equals(Configuration.FLIGHT_RECORDER_STORAGE.get())
-            && !Configuration.FLIGHT_RECORDER_PADDED.get() && !COMPACT && !RUNS;
-    private static final int STRIDE = OWN_LINE ? 16 : COMPACT ? 4 : 8;
-    private static final int SEQ = OWN_LINE ? (int) (OpDescriptorLayout.SEQ / Long.BYTES) : 0;
-    private static final int COUNT = OWN_LINE ? (int) (OpDescriptorLayout.COUNT / Long.BYTES) : 1;
-    private static final int BYTES = OWN_LINE ? (int) (OpDescriptorLayout.BUFFER_BYTES / Long.BYTES) : 2;
-    private static final int MEMORY_ID = OWN_LINE ? (int) (OpDescriptorLayout.MEMORY_ID / Long.BYTES) : 3;
-    private static final int MEMORY_OFFSET = OWN_LINE ? (int) (OpDescriptorLayout.MEMORY_OFFSET / Long.BYTES) : 4;
-    private static final int BEGUN = OWN_LINE ? (int) (OpDescriptorLayout.BYTES / Long.BYTES) : COMPACT ? 1 : 5;
-    private static final int ENDED = OWN_LINE ? BEGUN + 1 : COMPACT ? 2 : 6;
-    private static final int SHAPE_FAILED = OWN_LINE ? (int) (OpDescriptorLayout.EPOCH / Long.BYTES) : COMPACT ? 3 : 7;
-    /** Own-line: the entry's word holding the sequence number whose entry barrier passed in its slot. */
+    /** Longs per entry (the class comment's picture). */
+    private static final int STRIDE = (int) (FlightRecorderLayout.ENTRY_BYTES / Long.BYTES);
+    /** Longs before the first entry: the segment's first page ({@link FlightRecorderLayout}). */
+    private static final int HEAD = (int) (FlightRecorderLayout.ENTRIES_OFFSET / Long.BYTES);
+    private static final int SEQ = (int) (OpDescriptorLayout.SEQ / Long.BYTES);
+    private static final int COUNT = (int) (OpDescriptorLayout.COUNT / Long.BYTES);
+    private static final int BYTES = (int) (OpDescriptorLayout.BUFFER_BYTES / Long.BYTES);
+    private static final int MEMORY_ID = (int) (OpDescriptorLayout.MEMORY_ID / Long.BYTES);
+    private static final int MEMORY_OFFSET = (int) (OpDescriptorLayout.MEMORY_OFFSET / Long.BYTES);
+    private static final int BEGUN = (int) (OpDescriptorLayout.BYTES / Long.BYTES);
+    private static final int ENDED = BEGUN + 1;
+    private static final int SHAPE_FAILED = (int) (OpDescriptorLayout.EPOCH / Long.BYTES);
+    /** The entry's word holding the sequence number whose entry barrier passed in its slot. */
     private static final int STARTED = ENDED + 1;
     /**
-     * Own-line's hot path accesses its entry through this handle directly in the methods the control plane calls, with
+     * The hot path accesses its entry through this handle directly in the methods the control plane calls, with
      * no helper method between ({@link #put}, {@link #at}): a VarHandle's invocation is force-inlined whatever the
      * profile, a helper only where C2 finds its call site frequent, which in a collective's compilation it often did
-     * not (2026-11-30, a local JIT log: the copying layout's {@code put}s in {@code PadSynchronizer.arrive} left as
+     * not (2026-11-30, a local JIT log: a copying layout's {@code put}s in {@code PadSynchronizer.arrive} left as
      * calls, "low call site frequency"). Plain: only this rank's thread reads and writes the storage.
      */
     private static final VarHandle LONG = ValueLayout.JAVA_LONG.varHandle();
-    /** Own-line: bytes per entry, and the byte offsets of its words the hot path writes. */
-    private static final long ENTRY_BYTES = 16 * Long.BYTES;
+    /** Bytes per entry, and the byte offsets of its words the hot path writes. */
+    private static final long ENTRY_BYTES = FlightRecorderLayout.ENTRY_BYTES;
     private static final long SEQ_BYTE = (long) SEQ * Long.BYTES;
     private static final long BEGUN_BYTE = (long) BEGUN * Long.BYTES;
     private static final long ENDED_BYTE = (long) ENDED * Long.BYTES;
@@ -189,122 +140,51 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     private static final long SHAPE_FAILED_BYTE = (long) SHAPE_FAILED * Long.BYTES;
     private static final long SHAPE_MASK = 0xffff_ffffL;
     private static final long FAILED_FLAG = 1L << 32;
-    /**
-     * Compact or off-heap ({@link #NAMED}): where the name's index sits in SHAPE_FAILED, and its width (index {@link
-     * #NAME_SPILLED}: in {@link #what}).
-     */
+    /** Where the name's index sits in SHAPE_FAILED, and its width (index {@link #NAME_SPILLED}: in {@link #what}). */
     private static final int NAME_SHIFT = 33;
     private static final int NAME_MASK = (1 << 11) - 1;
-    /** Named: the name index meaning "more distinct names than the index holds: the name is in {@link #what}". */
+    /** The name index meaning "more distinct names than the index holds: the name is in {@link #what}". */
     private static final int NAME_SPILLED = NAME_MASK;
-    /** Compact: where the arguments' slot in {@link #args} sits in SHAPE_FAILED (20 bits: capacity is at most 2^20). */
-    private static final int ARGS_SHIFT = 44;
 
-    /** {@link Configuration#FLIGHT_RECORDER_PADDED}, read once per JVM (C2 folds every branch on it). */
-    private static final boolean PADDED = Configuration.FLIGHT_RECORDER_PADDED.get();
-    /**
-     * Whether the entries and the two per-collective counters live in one page-aligned off-heap segment per recorder
-     * ({@link FlightRecorderLayout}): {@link Configuration#FLIGHT_RECORDER_STORAGE} {@code off-heap}, the default,
-     * unless padded (a heap layout) or runs; read once per JVM, so C2 folds every branch on it.
-     */
-    private static final boolean OFF_HEAP = !"heap".equals(Configuration.FLIGHT_RECORDER_STORAGE.get()) && !PADDED
-            && !RUNS;
-    /**
-     * Whether an entry carries its operation's name as an index into {@link #names} (SHAPE_FAILED's bits 33-43) instead
-     * of a reference in {@link #what}: compact and off-heap, so that the hot path reads no per-slot heap array.
-     */
-    private static final boolean NAMED = COMPACT || OFF_HEAP;
-    /** Whether the two counters live in the storage ({@link #LAST_SEQ_AT}, {@link #STARTED_SEQ_AT}), not in fields. */
-    private static final boolean COUNTERS_IN_STORAGE = PADDED || OFF_HEAP;
-    /**
-     * Longs before the first entry: off-heap, the first page; padded, 16 (the array's header plus 128 bytes, the two
-     * counters in its last line); else 0.
-     */
-    private static final int HEAD = OFF_HEAP ? (int) (FlightRecorderLayout.ENTRIES_OFFSET / Long.BYTES) : PADDED ? 16 : 0;
-    /** Longs after the last entry in {@link #ring}: padded, 16 (128 bytes from the next object); else 0. */
-    private static final int TAIL = PADDED ? 16 : 0;
-    /** Where the storage holds the newest recorded sequence number when padded or off-heap (else {@link #lastSeq}). */
-    private static final int LAST_SEQ_AT = OFF_HEAP ? (int) (FlightRecorderLayout.LAST_SEQ_OFFSET / Long.BYTES) : 14;
-    /** Where the storage holds the newest started sequence number when padded or off-heap (else {@link #startedSeq}). */
-    private static final int STARTED_SEQ_AT = OFF_HEAP ? (int) (FlightRecorderLayout.STARTED_SEQ_OFFSET / Long.BYTES) : 15;
-    /** References before the first name in {@link #what}: padded, 32 (at least 128 bytes); else 0. */
-    private static final int WHAT_HEAD = PADDED ? 32 : 0;
-
-    /** The run-length layout's ring when {@link #RUNS}; else null. */
-    private final FlightRuns runs;
     /** The sequence number of the first collective recorded since creation or {@link #restartAt}. */
     private long firstSeq;
-    /** Unpadded: the newest collective recorded; firstSeq - 1 while none ({@link #lastSeq()}). */
-    private long lastSeq = -1;
-    /** Unpadded: the newest collective whose entry barrier passed; -1 while none ({@link #startedSeq()}). */
-    private long startedSeq = -1;
     private long lastDumpedFailureSeq = -1;
     /** Dumps written by this process, numbering the file names: two dumps in one millisecond must not overwrite. */
     private static final java.util.concurrent.atomic.AtomicLong DUMPS = new java.util.concurrent.atomic.AtomicLong();
 
     private FlightRecorder(int rank, int worldSize, String communicator, int capacity) {
-        // the hot fields, padded (FlightRecorderFields): the entries in a page-aligned segment of their own (off-heap,
-        // the default, whose allocate() sets both counters to -1) or in a heap array
-        super(capacity - 1, RUNS || OFF_HEAP ? null : new long[HEAD + capacity * STRIDE + TAIL],
-                OFF_HEAP ? FlightRecorderLayout.allocate(capacity, STRIDE) : null,
-                NAMED || RUNS ? null : new String[WHAT_HEAD + capacity + WHAT_HEAD],
-                NAMED ? new String[8] : null, COMPACT && !RUNS ? new long[4 * capacity] : null);
+        // the hot fields, padded (FlightRecorderFields): the entries in a page-aligned segment of their own
+        super(capacity - 1, FlightRecorderLayout.allocate(capacity), new String[8]);
         this.rank = rank;
         this.worldSize = worldSize;
         this.communicator = communicator;
-        this.runs = RUNS ? new FlightRuns(capacity) : null;
-        if (PADDED && !RUNS) {
-            ring[LAST_SEQ_AT] = -1;
-            ring[STARTED_SEQ_AT] = -1;
-        }
     }
 
     /** {@return the long at index {@code i} of the storage} (plain: only this rank's thread reads and writes it) */
     private long at(int i) {
-        return OFF_HEAP ? FlightRecorderLayout.getAt(base, i) : ring[i];
+        return storage.getAtIndex(ValueLayout.JAVA_LONG, i);
     }
 
     /** Stores {@code v} at index {@code i} of the storage (plain: only this rank's thread reads and writes it). */
     private void put(int i, long v) {
-        if (OFF_HEAP) {
-            FlightRecorderLayout.putAt(base, i, v);
-        } else {
-            ring[i] = v;
-        }
+        storage.setAtIndex(ValueLayout.JAVA_LONG, i, v);
     }
 
     /**
      * {@return where this recorder's storage lies}, for placement reports ({@link FlightRecording#placement}): the
-     * off-heap segment's address and its offsets in a page and a line, or that the heap array's address is not
-     * visible (without {@code Unsafe})
+     * segment's address and its offsets in a page and a line
      */
     public String placement() {
-        if (OFF_HEAP) {
-            return "recorder " + (OWN_LINE ? "own-line" : "off-heap") + " at "
-                    + FlightRecorderLayout.describe(storage.address()) + (OWN_LINE ? ", no counters" : ", counters at +"
-                    + FlightRecorderLayout.LAST_SEQ_OFFSET) + ", entries at +" + FlightRecorderLayout.ENTRIES_OFFSET + " ("
-                    + STRIDE * Long.BYTES + " bytes each)";
-        }
-        return "recorder on the heap (" + (RUNS ? "runs" : PADDED ? "padded" : COMPACT ? "compact" : "entries")
-                + "; its address is not visible without Unsafe)";
-    }
-
-    /** {@return the newest collective recorded; firstSeq - 1 while none} */
-    private long lastSeq() {
-        if (RUNS) {
-            return Math.max(runs.lastSeq(), firstSeq - 1);
-        }
-        if (OWN_LINE) {
-            return newestEntry();
-        }
-        return COUNTERS_IN_STORAGE ? at(LAST_SEQ_AT) : lastSeq;
+        return "recorder own-line at " + FlightRecorderLayout.describe(storage.address()) + ", no counters, entries at +"
+                + FlightRecorderLayout.ENTRIES_OFFSET + " (" + ENTRY_BYTES + " bytes each)";
     }
 
     /**
-     * Own-line: the newest collective whose entry is written (BEGUN not 0) at or after {@link #firstSeq}, found by
-     * reading every entry (the hot path keeps no counter); firstSeq - 1 while none. Failure and dump paths only.
+     * {@return the newest collective recorded: the newest whose entry is written (BEGUN not 0) at or after {@link
+     * #firstSeq}, found by reading every entry (the hot path keeps no counter); firstSeq - 1 while none} Failure and
+     * dump paths only.
      */
-    private long newestEntry() {
+    private long lastSeq() {
         long newest = firstSeq - 1;
         for (int slot = 0; slot <= mask; slot++) {
             int e = HEAD + slot * STRIDE;
@@ -318,40 +198,12 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
 
     /** Whether the entry at {@code e} records collective {@code s}: written for it, since {@link #firstSeq}. */
     private boolean holds(int e, long s) {
-        if (OWN_LINE) {
-            return s >= firstSeq && at(e + SEQ) == s && at(e + BEGUN) != 0;
-        }
-        return s >= firstSeq && s <= lastSeq() && at(e + SEQ) == s;
+        return s >= firstSeq && at(e + SEQ) == s && at(e + BEGUN) != 0;
     }
 
-    private void lastSeq(long s) {
-        if (RUNS || OWN_LINE) {
-            return; // derived from the newest run, or from the entries
-        }
-        if (COUNTERS_IN_STORAGE) {
-            put(LAST_SEQ_AT, s);
-        } else {
-            lastSeq = s;
-        }
-    }
-
-    /** {@return the newest collective whose entry barrier passed (every rank agreed); -1 while none} */
-    private long startedSeq() {
-        return COUNTERS_IN_STORAGE ? at(STARTED_SEQ_AT) : startedSeq;
-    }
-
-    /** {@return where the entry of collective {@code s} begins in {@link #ring}} */
+    /** {@return where the entry of collective {@code s} begins in the storage, in longs} */
     private int entryAt(long s) {
         return HEAD + (int) (s & mask) * STRIDE;
-    }
-
-    /**
-     * {@return whether this JVM's recorders take the place of a rank's own descriptor line} ({@link #OWN_LINE}): with a
-     * recorder on, {@link PadSynchronizer#arrive} writes no line into the rank's own pad and {@link #arrived} writes
-     * the descriptor into the entry instead. For benchmarks whose baseline must do the work the recorder replaces.
-     */
-    public static boolean takesOwnLine() {
-        return OWN_LINE;
     }
 
     /**
@@ -413,62 +265,26 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
      */
     void restartAt(long seq) {
         firstSeq = seq;
-        lastSeq(seq - 1);
     }
 
     /**
      * This rank arrived at collective {@code d.seq()}'s entry barrier with these arguments: its entry, written once
      * (before the verdict, so a mismatch's dump shows what each rank passed). Called by
-     * {@link ControlPlane#arriveAndCheck} once the entry barrier's wait is over, or by the failure path when the wait
-     * threw after this rank published (see the class comment).
+     * {@link ControlPlane#arriveAndCheck} once the entry barrier's wait is over ({@code after-wait}), or by the failure
+     * and message paths when the wait threw or is not over after this rank published (see the class comment); the
+     * in-shadow path has the synchronizer write the line into the entry in the first place ({@link #ownLineWritten}).
      *
      * @param d         this rank's descriptor
      * @param operation the collective's name, a constant ("all-reduce")
      */
     public void arrived(OpDescriptorLayout.Descriptor d, String operation) {
-        if (RUNS) {
-            runs.scheduled(d, operation); // only off the hot path: the failure and message paths
-            return;
-        }
-        long s = d.seq();
-        int i = WHAT_HEAD + (int) (s & mask);
-        int e = entryAt(s);
-        int shape = shapeOf(d);
-        if (OWN_LINE) {
-            // a copy of the line (after-wait, failure and message paths): the in-shadow path has the synchronizer write
-            // it here in the first place (ownLineWritten); plain: only this rank's thread reads and writes the storage
-            d.write(storage, ownLineOffset(s));
-            ownLineWritten(d, operation);
-            return;
-        }
-        if (COMPACT) {
-            put(e + SEQ, s);
-            put(e + BEGUN, CoarseClock.millis());
-            put(e + ENDED, 0);
-            put(e + SHAPE_FAILED, shape & SHAPE_MASK | nameBits(operation, i) | argsBits(d));
-            lastSeq(s);
-            return;
-        }
-        put(e + SEQ, s);
-        put(e + COUNT, d.count());
-        put(e + BYTES, d.bufferBytes());
-        put(e + MEMORY_ID, d.memoryId());
-        put(e + MEMORY_OFFSET, d.memoryOffset());
-        put(e + BEGUN, CoarseClock.millis());
-        put(e + ENDED, 0);
-        if (NAMED) {
-            put(e + SHAPE_FAILED, shape & SHAPE_MASK | nameBits(operation, i));
-        } else {
-            put(e + SHAPE_FAILED, shape & SHAPE_MASK);
-            if (what[i] != operation) {
-                what[i] = operation;
-            }
-        }
-        lastSeq(s);
+        // a copy of the line; plain: only this rank's thread reads and writes the storage
+        d.write(storage, ownLineOffset(d.seq()));
+        ownLineWritten(d, operation);
     }
 
     /**
-     * Own-line: this rank's own descriptor line of collective {@code d.seq()} is in its entry ({@link
+     * This rank's own descriptor line of collective {@code d.seq()} is in its entry ({@link
      * PadSynchronizer#arrive} wrote it at {@link #ownLineOffset} of {@link #ownLineSegment}, in the entry barrier's
      * shadow): stamps the entry's own words, 3 plain stores into the line just written (only this rank's thread
      * reads and writes the storage).
@@ -481,20 +297,20 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         long at = FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES;
         MemorySegment m = storage;
         int shape = d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
-        // plain stores (one thread), no helper call between (LONG says why); shapeOf's value, computed here
+        // plain stores (one thread), no helper call between (LONG says why)
         LONG.set(m, at + BEGUN_BYTE, CoarseClock.millis());
         LONG.set(m, at + ENDED_BYTE, 0L);
         LONG.set(m, at + SHAPE_FAILED_BYTE, shape & SHAPE_MASK | (operation == name0 ? 0L
                 : operation == name1 ? 1L << NAME_SHIFT : nameBits(operation, (int) (s & mask)))); // 2 names inline
     }
 
-    /** {@return own-line: the segment whose entries take this rank's own descriptor lines ({@link #ownLineOffset})} */
+    /** {@return the segment whose entries take this rank's own descriptor lines ({@link #ownLineOffset})} */
     public MemorySegment ownLineSegment() {
         return storage;
     }
 
     /**
-     * {@return own-line: where collective {@code s}'s entry, and so this rank's own descriptor line, starts in {@link
+     * {@return where collective {@code s}'s entry, and so this rank's own descriptor line, starts in {@link
      * #ownLineSegment}}
      *
      * @param s the collective's sequence number
@@ -504,46 +320,7 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     }
 
     /**
-     * {@return a descriptor's kind, dtype, op and algorithm in one int}: kind+1 | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 |
-     * algorithm+1 &lt;&lt; 24 (0: no arguments).
-     *
-     * @param d the descriptor
-     */
-    static int shapeOf(OpDescriptorLayout.Descriptor d) {
-        return d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
-    }
-
-    /**
-     * A collective began on this rank (the control plane's {@code begin}): the run-length layout keeps its begin
-     * time, stored only when the coarse clock's millisecond moved; nothing in the other layouts.
-     */
-    public void begun() {
-        if (RUNS) {
-            runs.begun();
-        }
-    }
-
-    /** Compact: the arguments' slot in {@link #args}, shifted into place, appending a record when they changed. */
-    private long argsBits(OpDescriptorLayout.Descriptor d) {
-        long[] a = args;
-        int k = lastArgs;
-        long count = d.count();
-        long bytes = d.bufferBytes();
-        long id = d.memoryId();
-        long offset = d.memoryOffset();
-        if (k < 0 || a[k] != count || a[k + 1] != bytes || a[k + 2] != id || a[k + 3] != offset) {
-            k = (k + 4) & (4 * mask + 3);
-            a[k] = count;
-            a[k + 1] = bytes;
-            a[k + 2] = id;
-            a[k + 3] = offset;
-            lastArgs = k;
-        }
-        return (long) (k >>> 2) << ARGS_SHIFT;
-    }
-
-    /**
-     * Named: the name's index, shifted into place; a name past the index's range goes to {@link #what}'s slot i. The
+     * The name's index, shifted into place; a name past the index's range goes to {@link #what}'s slot i. The
      * hot path compares the first four names' references (fields between the pads) and writes nothing (names are
      * constants); a new name, a fifth one, or an equal string that is not the same object takes {@link #newNameBits}.
      */
@@ -563,7 +340,7 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         return newNameBits(operation, i);
     }
 
-    /** Named, off the hot path: the index of a name compared by value, added when new, spilled past the range. */
+    /** Off the hot path: the index of a name compared by value, added when new, spilled past the range. */
     private long newNameBits(String operation, int i) {
         int n = 0;
         while (n < nameCount && !names[n].equals(operation)) {
@@ -594,20 +371,8 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
 
     /** {@return the name of the entry at {@code e}, slot {@code i}} */
     private String nameOf(int e, int i) {
-        if (!NAMED) {
-            return what[i];
-        }
         int n = (int) (at(e + SHAPE_FAILED) >>> NAME_SHIFT) & NAME_MASK;
         return n == NAME_SPILLED ? what[i] : names[n];
-    }
-
-    /** {@return argument {@code field} (COUNT, BYTES, MEMORY_ID, MEMORY_OFFSET) of the entry at {@code e}} */
-    private long argument(int e, int field) {
-        if (!COMPACT) {
-            return at(e + field);
-        }
-        int k = 4 * (int) (at(e + SHAPE_FAILED) >>> ARGS_SHIFT);
-        return args[k + field - COUNT];
     }
 
     /**
@@ -618,9 +383,6 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
      * @return true when {@code s}'s entry is still to be written
      */
     boolean lacksEntry(long s) {
-        if (RUNS) {
-            return s >= firstSeq && runs.find(s) < 0;
-        }
         return s >= firstSeq && !holds(entryAt(s), s);
     }
 
@@ -630,36 +392,20 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
      * @param s its sequence number
      */
     public void started(long s) {
-        if (RUNS) {
-            runs.startScheduled(s); // without its arguments: only a run copied in at arrival can start here
-            return;
-        }
-        if (OWN_LINE) {
-            // one plain store into the line arrival wrote (an older lap's entry never equals s), no helper call
-            LONG.set(storage, FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES + STARTED_BYTE, s);
-        } else if (COUNTERS_IN_STORAGE) {
-            put(STARTED_SEQ_AT, s);
-        } else {
-            startedSeq = s;
-        }
+        // one plain store into the line arrival wrote (an older lap's entry never equals s), no helper call
+        LONG.set(storage, FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES + STARTED_BYTE, s);
     }
 
     /**
-     * Collective {@code d.seq()} passed its entry barrier with these arguments (the control plane's call): in the
-     * run-length layout the collective's one write ({@link FlightRuns#started}); else {@link #started(long)}.
+     * Collective {@code d.seq()} passed its entry barrier with these arguments (the control plane's call): {@link
+     * #started(long)}'s store.
      *
      * @param d         its descriptor, as every rank agreed on it
      * @param operation its name, a constant ("all-reduce")
      */
     public void started(OpDescriptorLayout.Descriptor d, String operation) {
-        if (OWN_LINE) {
-            long s = d.seq(); // started(long)'s store, written out here: one call level less on the hot path
-            LONG.set(storage, FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES + STARTED_BYTE, s);
-        } else if (RUNS) {
-            runs.started(d, operation);
-        } else {
-            started(d.seq());
-        }
+        long s = d.seq(); // started(long)'s store, written out here: one call level less on the hot path
+        LONG.set(storage, FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES + STARTED_BYTE, s);
     }
 
     /**
@@ -668,21 +414,10 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
      * @param s its sequence number
      */
     public void completed(long s) {
-        if (OWN_LINE) {
-            long at = FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES;
-            // plain (one thread), no helper call (LONG says why): the entry is s's, and neither failed nor ended
-            if ((long) LONG.get(storage, at + SEQ_BYTE) == s && (long) LONG.get(storage, at + ENDED_BYTE) == 0) {
-                LONG.set(storage, at + ENDED_BYTE, CoarseClock.millis());
-            }
-            return;
-        }
-        if (RUNS) {
-            runs.completed(s);
-            return;
-        }
-        int e = entryAt(s);
-        if (at(e + SEQ) == s && at(e + ENDED) == 0) {
-            put(e + ENDED, CoarseClock.millis());
+        long at = FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES;
+        // plain (one thread), no helper call (LONG says why): the entry is s's, and neither failed nor ended
+        if ((long) LONG.get(storage, at + SEQ_BYTE) == s && (long) LONG.get(storage, at + ENDED_BYTE) == 0) {
+            LONG.set(storage, at + ENDED_BYTE, CoarseClock.millis());
         }
     }
 
@@ -694,10 +429,7 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         if (at(e + ENDED) != 0) {
             return State.COMPLETED;
         }
-        if (OWN_LINE) {
-            return at(e + STARTED) == at(e + SEQ) ? State.STARTED : State.SCHEDULED;
-        }
-        return at(e + SEQ) <= startedSeq() ? State.STARTED : State.SCHEDULED;
+        return at(e + STARTED) == at(e + SEQ) ? State.STARTED : State.SCHEDULED;
     }
 
     /**
@@ -710,25 +442,12 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
      * @return the dump's file, or null when it was dumped already or could not be written (logged)
      */
     public Path failed(long s, String operation, Throwable reason) {
-        if (RUNS) {
-            runs.failed(s, operation, CoarseClock.millis(), firstSeq);
-            return dumpOnce(s, reason);
-        }
-        int i = WHAT_HEAD + (int) (s & mask);
         int e = entryAt(s);
         long now = CoarseClock.millis();
         if (!holds(e, s)) {
             put(e + SEQ, s);
             put(e + BEGUN, now);
-            put(e + SHAPE_FAILED, 0); // no arguments: it never arrived
-            if (NAMED) {
-                put(e + SHAPE_FAILED, nameBits(operation, i));
-            } else {
-                what[i] = operation;
-            }
-            if (!OWN_LINE) {
-                lastSeq(Math.max(lastSeq(), s));
-            }
+            put(e + SHAPE_FAILED, nameBits(operation, (int) (s & mask))); // shape 0: no arguments, it never arrived
         }
         put(e + SHAPE_FAILED, at(e + SHAPE_FAILED) | FAILED_FLAG);
         put(e + ENDED, now);
@@ -794,44 +513,39 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     }
 
     /**
-     * One recorded collective as a dump shows it, whatever the layout keeps.
+     * One recorded collective as a dump shows it.
      *
      * @param seq      its sequence number
      * @param name     its name
-     * @param shape    kind, dtype, op, algorithm ({@link #shapeOf}; 0: failed before it arrived)
+     * @param shape    kind, dtype, op, algorithm (the class comment; 0: failed before it arrived)
      * @param count    elements
      * @param bytes    buffer bytes
      * @param memoryId symmetric region, -1 for staged buffers
      * @param memoryOffset offset in it
      * @param state    where it got to
-     * @param begun    epoch ms it began, null where not kept (inside a run)
-     * @param ended    epoch ms it ended, 0 while it has not, null where not kept (inside a run)
-     * @param runFirst the first collective of its run (run-length layout), else seq
-     * @param runLast  the last of its run, else seq
+     * @param begun    epoch ms it began
+     * @param ended    epoch ms it ended, 0 while it has not
      */
-    record Op(long seq, String name, int shape, long count, long bytes, long memoryId, long memoryOffset, State state,
-              Long begun, Long ended, long runFirst, long runLast) {
+    private record Op(long seq, String name, int shape, long count, long bytes, long memoryId, long memoryOffset,
+                      State state, long begun, long ended) {
     }
 
     /** The recorded collectives among the newest {@code n} numbers (at most the ring's capacity), oldest first. */
     private List<Op> ops(int n) {
         long last = lastSeq();
         long from = Math.max(firstSeq, last - Math.min(n, capacity()) + 1);
-        if (RUNS) {
-            return runs.ops(from, Math.min(n, capacity()));
-        }
         List<Op> out = new ArrayList<>();
         for (long q = from; q <= last; q++) {
-            int i = WHAT_HEAD + (int) (q & mask);
+            int i = (int) (q & mask);
             int e = entryAt(q);
-            if (at(e + SEQ) != q || OWN_LINE && at(e + BEGUN) == 0) {
+            if (at(e + SEQ) != q || at(e + BEGUN) == 0) {
                 continue; // began but neither arrived nor failed: not recorded
             }
             int sh = (int) (at(e + SHAPE_FAILED) & SHAPE_MASK);
             boolean hasShape = (sh & 0xff) != 0;
-            out.add(new Op(q, nameOf(e, i), sh, hasShape ? argument(e, COUNT) : -1, hasShape ? argument(e, BYTES) : -1,
-                    hasShape ? argument(e, MEMORY_ID) : -1, hasShape ? argument(e, MEMORY_OFFSET) : 0, stateOf(e),
-                    at(e + BEGUN), at(e + ENDED), q, q));
+            out.add(new Op(q, nameOf(e, i), sh, hasShape ? at(e + COUNT) : -1, hasShape ? at(e + BYTES) : -1,
+                    hasShape ? at(e + MEMORY_ID) : -1, hasShape ? at(e + MEMORY_OFFSET) : 0, stateOf(e),
+                    at(e + BEGUN), at(e + ENDED)));
         }
         return out;
     }
@@ -880,12 +594,8 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
                     .append(",\"memoryOffset\":").append(hasShape ? o.memoryOffset() : 0)
                     .append(",\"state\":\"").append(o.state()).append('"')
                     .append(",\"begunMillis\":").append(o.begun())
-                    .append(",\"endedMillis\":").append(o.ended());
-            if (o.runFirst() != o.runLast()) {
-                b.append(",\"run\":{\"firstSeq\":").append(o.runFirst()).append(",\"lastSeq\":").append(o.runLast())
-                        .append('}');
-            }
-            b.append('}');
+                    .append(",\"endedMillis\":").append(o.ended())
+                    .append('}');
         }
         return b.append("]}").toString();
     }

@@ -13,9 +13,8 @@ import java.lang.foreign.MemorySegment;
  * gap first. {@code FlightRecorderPlacementTest} reads the offsets and fails if a hot field lies within 128 bytes of
  * the object's start or of the recorder's own fields.
  *
- * <p>On the hot path these fields are read, never written (a new operation name, and compact's changed arguments,
- * are the exceptions, once per change); what the recorder writes per collective lies in its storage ({@link
- * FlightRecorderLayout}).
+ * <p>On the hot path these fields are read, never written (a new operation name is the exception, once per name);
+ * what the recorder writes per collective lies in its storage ({@link FlightRecorderLayout}).
  */
 final class FlightRecorderFields {
 
@@ -49,18 +48,14 @@ final class FlightRecorderFields {
     abstract static class Hot extends HeadPad {
         /** Capacity - 1 (a power of two minus one). */
         final int mask;
-        /** Heap storage ({@code symmem4j.flight.recorder.storage=heap}): every entry's longs; else null. */
-        final long[] ring;
         /**
-         * Off-heap storage (the default): the {@link FlightRecorderLayout} segment, held so that its automatic arena
-         * keeps the memory while this recorder lives; the hot path does not read it (it reads {@link #base}); else null.
+         * The entries: the {@link FlightRecorderLayout} segment, page-aligned, held so that its automatic arena keeps
+         * the memory while this recorder lives.
          */
         final MemorySegment storage;
-        /** Off-heap storage: {@link #storage}'s address, which the hot path accesses ({@link FlightRecorderLayout#getAt}); else 0. */
-        final long base;
-        /** Heap storage, not compact: the entries' operation names; else only the spilled ones, null until one is. */
+        /** By slot, the names of entries past the name index's range (a 2048th distinct name); null until one is. */
         String[] what;
-        /** The distinct operation names seen, by index (the entries carry the index); null where {@link #what} is used. */
+        /** The distinct operation names seen, by index (the entries carry the index). */
         String[] names;
         int nameCount;
         /** The first four of {@link #names} (null until seen): the hot path compares these references only. */
@@ -68,19 +63,11 @@ final class FlightRecorderFields {
         String name1;
         String name2;
         String name3;
-        /** Compact: (count, bytes, memory id, memory offset) records, 4 longs each, a ring of capacity; else null. */
-        final long[] args;
-        /** Compact: the newest record's index in {@link #args} (a multiple of 4); -4 while none. */
-        int lastArgs = -4;
 
-        Hot(int mask, long[] ring, MemorySegment storage, String[] what, String[] names, long[] args) {
+        Hot(int mask, MemorySegment storage, String[] names) {
             this.mask = mask;
-            this.ring = ring;
             this.storage = storage;
-            this.base = storage == null ? 0 : storage.address();
-            this.what = what;
             this.names = names;
-            this.args = args;
         }
     }
 
@@ -106,8 +93,8 @@ final class FlightRecorderFields {
         /** Fills a 4-byte gap after the hot fields, which HotSpot would otherwise give a subclass's small field. */
         int t16;
 
-        TailPad(int mask, long[] ring, MemorySegment storage, String[] what, String[] names, long[] args) {
-            super(mask, ring, storage, what, names, args);
+        TailPad(int mask, MemorySegment storage, String[] names) {
+            super(mask, storage, names);
         }
     }
 }

@@ -36,8 +36,7 @@ public interface FlightRecording {
      * {@return where this rank's recorder storage, signal pads and data lie}, one line for a benchmark's log: the
      * addresses of the recorder's off-heap storage ({@link FlightRecorderLayout}), of every rank's signal pad as mapped
      * here and of every rank's data region of the communicator's memory, each with its offset in a 4 KiB page and in a
-     * 64-byte line, so that a slow fork can be held against where its memory fell (issue #36). Heap objects have no
-     * address without {@code Unsafe}: a heap recorder says so.
+     * 64-byte line, so that a slow fork can be held against where its memory fell (issue #36).
      */
     String placement();
 }

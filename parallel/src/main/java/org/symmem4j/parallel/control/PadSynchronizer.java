@@ -247,8 +247,9 @@ public final class PadSynchronizer implements WaitSubject {
      * descriptor, readable with plain loads. This is a barrier: the release store of the epoch
      * publishes everything this rank wrote before arriving (its data too).
      *
-     * <p>With {@code shadowRecorder} (the default placement) the flight recorder's entry is written between the
-     * publishing and the waiting; measured on 16 cores that costs less than writing it after the wait (one-shot 1 KiB
+     * <p>With {@code shadowRecorder} (the default placement) this rank's own line is written into the flight
+     * recorder's entry instead of into its own pad, and the entry's other words between the publishing and the
+     * waiting ({@link FlightRecorder#ownLineWritten}); measured on 16 cores that costs less than writing it after the wait (one-shot 1 KiB
      * on 2 ranks: +45 against +60 ns, bench/results/2026-11-29-recorder-placement-16core.md), which refutes the
      * account that follows, kept for the record: work there is not free. On x86 instructions retire and stores commit in program order; here the reorder and store
      * buffers already hold work that waits on other cores (the staged data and the peers' entry lines, which the peers
@@ -268,10 +269,10 @@ public final class PadSynchronizer implements WaitSubject {
         long seq = descriptor.seq();
         long epoch = seq + 1;
         long myLine = SignalPadLayout.entryLineOffset(rank, seq);
-        // own-line recorder (the default while recording): this rank's own line goes into the recorder's entry instead
-        // of into its own pad, which only this thread reads (published(); the recorder's entry answers first there),
-        // through the same call site as the peers' lines, so the compiled collective carries no second copy of write()
-        boolean ownLineInEntry = shadowRecorder != null && FlightRecorder.OWN_LINE;
+        // recording in the shadow: this rank's own line goes into the recorder's entry instead of into its own pad,
+        // which only this thread reads (published(); the recorder's entry answers first there), through the same call
+        // site as the peers' lines, so the compiled collective carries no second copy of write()
+        boolean ownLineInEntry = shadowRecorder != null;
         MemorySegment ownTarget = ownLineInEntry ? shadowRecorder.ownLineSegment() : ownPad;
         long ownOffset = ownLineInEntry ? shadowRecorder.ownLineOffset(seq) : myLine;
         // the peers' lines first, this rank's own line last: nothing goes before the releases the peers wait for (the
@@ -290,8 +291,6 @@ public final class PadSynchronizer implements WaitSubject {
         }
         if (ownLineInEntry) {
             shadowRecorder.ownLineWritten(descriptor, opKind); // the entry's words beside the line
-        } else if (shadowRecorder != null) {
-            shadowRecorder.arrived(descriptor, opKind);
         }
         for (int p = 0; p < worldSize; p++) {
             if (p != rank) {

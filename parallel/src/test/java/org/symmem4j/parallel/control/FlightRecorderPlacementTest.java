@@ -20,10 +20,10 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 
 /**
- * Where the flight recorder keeps what it writes per collective (issue #36): in the default own-line storage, a
- * page-aligned segment whose entries start on its second page, each the rank's own 128-byte descriptor line and the
- * recorder's words after it, no counter written per collective ({@link FlightRecorderLayout}), and the fields its hot path reads padded by 128 bytes on both sides within the recorder
- * object ({@link FlightRecorderFields}).
+ * Where the flight recorder keeps what it writes per collective (issue #36): a page-aligned segment whose entries
+ * start on its second page, each the rank's own 128-byte descriptor line and the recorder's words after it, no counter
+ * written per collective ({@link FlightRecorderLayout}), and the fields its hot path reads padded by 128 bytes on both
+ * sides within the recorder object ({@link FlightRecorderFields}).
  */
 class FlightRecorderPlacementTest {
 
@@ -31,10 +31,9 @@ class FlightRecorderPlacementTest {
     void theDefaultStorageIsAPageAlignedSegmentWhoseEntriesAreTheRanksOwnDescriptorLines() throws Exception {
         FlightRecorder r = FlightRecorder.create(0, 2, "host-m1", 16);
         MemorySegment storage = (MemorySegment) hot("storage").get(r);
-        assertNotNull(storage, "the default storage is off-heap (symmem4j.flight.recorder.storage=own-line)");
-        assertTrue(FlightRecorder.takesOwnLine(), "own-line is the default");
+        assertNotNull(storage, "the storage is off-heap");
         assertEquals(0, storage.address() % FlightRecorderLayout.PAGE_BYTES, "page-aligned");
-        assertEquals(FlightRecorderLayout.bytes(16, 16), storage.byteSize());
+        assertEquals(FlightRecorderLayout.bytes(16), storage.byteSize());
         assertEquals(2 * FlightRecorderLayout.PAGE_BYTES, storage.byteSize()); // 4096 + 16 * 128 + 128, whole pages
         Descriptor d = new Descriptor().set(21, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
                 Algorithm.ONE_SHOT.ordinal(), -1, 256, 1024, 7, 64, 0, Problem.NONE);
@@ -57,12 +56,9 @@ class FlightRecorderPlacementTest {
         assertTrue(storage.get(ValueLayout.JAVA_LONG, entry + 80) > 0, "BEGUN stamped");
         assertEquals(0, storage.get(ValueLayout.JAVA_LONG, entry + 88)); // ENDED: not yet
         assertEquals(21, storage.get(ValueLayout.JAVA_LONG, entry + 96)); // STARTED: the barrier passed
-        // no counter is written per collective: both stay as allocate() left them; nothing else was written
-        assertEquals(-1, storage.get(ValueLayout.JAVA_LONG, FlightRecorderLayout.LAST_SEQ_OFFSET));
-        assertEquals(-1, storage.get(ValueLayout.JAVA_LONG, FlightRecorderLayout.STARTED_SEQ_OFFSET));
+        // no counter is written per collective: nothing but the entry was written (the head page stays zero)
         for (long at = 0; at < storage.byteSize(); at += Long.BYTES) {
-            boolean written = at == FlightRecorderLayout.LAST_SEQ_OFFSET || at == FlightRecorderLayout.STARTED_SEQ_OFFSET
-                    || at >= entry && at < entry + 128;
+            boolean written = at >= entry && at < entry + 128;
             if (!written) {
                 assertEquals(0, storage.get(ValueLayout.JAVA_LONG, at), "byte offset " + at);
             }
@@ -79,10 +75,10 @@ class FlightRecorderPlacementTest {
     @Test
     void verifyRefusesASegmentTheLayoutDidNotPlace() {
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment unaligned = arena.allocate(FlightRecorderLayout.bytes(4, 8) + 64, 4096).asSlice(64,
-                    FlightRecorderLayout.bytes(4, 8));
+            MemorySegment unaligned = arena.allocate(FlightRecorderLayout.bytes(4) + 64, 4096).asSlice(64,
+                    FlightRecorderLayout.bytes(4));
             IllegalStateException e = assertThrows(IllegalStateException.class,
-                    () -> FlightRecorderLayout.verify(unaligned, 4, 8));
+                    () -> FlightRecorderLayout.verify(unaligned, 4));
             assertTrue(e.getMessage().contains("expected a 4096-byte aligned segment") && e.getMessage().contains("fix:"),
                     e.getMessage());
         }
