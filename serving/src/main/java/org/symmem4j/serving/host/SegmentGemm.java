@@ -1,0 +1,230 @@
+package org.symmem4j.serving.host;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.ByteOrder;
+
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.VectorOperators;
+import jdk.incubator.vector.VectorSpecies;
+
+/**
+ * {@code C = A x B + bias}: A an {@code m x k} row-major FP32 matrix read in place from a memory segment (a layer's
+ * weights), B a {@code k x n} and C an {@code m x n} row-major matrix in heap arrays. Register-blocked: four rows of
+ * A times two vectors of B's columns in eight accumulators (A's values broadcast, B's rows loaded as vectors), then
+ * one vector, then a scalar tail; rows of A left over after the blocks of four go one at a time.
+ */
+final class SegmentGemm {
+
+    private static final VectorSpecies<Float> S = FloatVector.SPECIES_PREFERRED;
+    private static final ValueLayout.OfFloat F = ValueLayout.JAVA_FLOAT_UNALIGNED;
+    private static final ByteOrder NATIVE = ByteOrder.nativeOrder();
+    private static final VectorOperators.Associative ADD = VectorOperators.ADD;
+
+    private SegmentGemm() {
+    }
+
+    /**
+     * Computes {@code c[cOff + i * n + j] = bias[i] + sum_t a[i, t] * b[bOff + t * n + j]}.
+     *
+     * @param a       the segment holding A
+     * @param aOff    A's byte offset in {@code a}
+     * @param bias    the segment holding the bias (m floats), or null for none
+     * @param biasOff the bias's byte offset
+     * @param b       B
+     * @param bOff    B's offset
+     * @param c       C, overwritten
+     * @param cOff    C's offset
+     * @param m       rows of A and C
+     * @param n       columns of B and C
+     * @param k       columns of A, rows of B
+     */
+    static void multiply(MemorySegment a, long aOff, MemorySegment bias, long biasOff, float[] b, int bOff, float[] c,
+                         int cOff, int m, int n, int k) {
+        int vl = S.length();
+        long rowBytes = (long) k * Float.BYTES;
+        int i = 0;
+        for (; i + 4 <= m; i += 4) {
+            long a0 = aOff + i * rowBytes, a1 = a0 + rowBytes, a2 = a1 + rowBytes, a3 = a2 + rowBytes;
+            float z0 = biasOf(bias, biasOff, i), z1 = biasOf(bias, biasOff, i + 1);
+            float z2 = biasOf(bias, biasOff, i + 2), z3 = biasOf(bias, biasOff, i + 3);
+            int c0 = cOff + i * n, c1 = c0 + n, c2 = c1 + n, c3 = c2 + n;
+            int j = 0;
+            for (; j + 2 * vl <= n; j += 2 * vl) {
+                FloatVector s00 = FloatVector.broadcast(S, z0), s01 = s00;
+                FloatVector s10 = FloatVector.broadcast(S, z1), s11 = s10;
+                FloatVector s20 = FloatVector.broadcast(S, z2), s21 = s20;
+                FloatVector s30 = FloatVector.broadcast(S, z3), s31 = s30;
+                int bj = bOff + j;
+                for (int t = 0; t < k; t++, bj += n) {
+                    long at = (long) t * Float.BYTES;
+                    FloatVector b0 = FloatVector.fromArray(S, b, bj);
+                    FloatVector b1 = FloatVector.fromArray(S, b, bj + vl);
+                    FloatVector w = FloatVector.broadcast(S, a.get(F, a0 + at));
+                    s00 = b0.fma(w, s00);
+                    s01 = b1.fma(w, s01);
+                    w = FloatVector.broadcast(S, a.get(F, a1 + at));
+                    s10 = b0.fma(w, s10);
+                    s11 = b1.fma(w, s11);
+                    w = FloatVector.broadcast(S, a.get(F, a2 + at));
+                    s20 = b0.fma(w, s20);
+                    s21 = b1.fma(w, s21);
+                    w = FloatVector.broadcast(S, a.get(F, a3 + at));
+                    s30 = b0.fma(w, s30);
+                    s31 = b1.fma(w, s31);
+                }
+                s00.intoArray(c, c0 + j);
+                s01.intoArray(c, c0 + j + vl);
+                s10.intoArray(c, c1 + j);
+                s11.intoArray(c, c1 + j + vl);
+                s20.intoArray(c, c2 + j);
+                s21.intoArray(c, c2 + j + vl);
+                s30.intoArray(c, c3 + j);
+                s31.intoArray(c, c3 + j + vl);
+            }
+            for (; j + vl <= n; j += vl) {
+                FloatVector s0 = FloatVector.broadcast(S, z0), s1 = FloatVector.broadcast(S, z1);
+                FloatVector s2 = FloatVector.broadcast(S, z2), s3 = FloatVector.broadcast(S, z3);
+                int bj = bOff + j;
+                for (int t = 0; t < k; t++, bj += n) {
+                    long at = (long) t * Float.BYTES;
+                    FloatVector b0 = FloatVector.fromArray(S, b, bj);
+                    s0 = b0.fma(FloatVector.broadcast(S, a.get(F, a0 + at)), s0);
+                    s1 = b0.fma(FloatVector.broadcast(S, a.get(F, a1 + at)), s1);
+                    s2 = b0.fma(FloatVector.broadcast(S, a.get(F, a2 + at)), s2);
+                    s3 = b0.fma(FloatVector.broadcast(S, a.get(F, a3 + at)), s3);
+                }
+                s0.intoArray(c, c0 + j);
+                s1.intoArray(c, c1 + j);
+                s2.intoArray(c, c2 + j);
+                s3.intoArray(c, c3 + j);
+            }
+            for (; j < n; j++) {
+                c[c0 + j] = scalarDot(a, a0, b, bOff + j, n, k, z0);
+                c[c1 + j] = scalarDot(a, a1, b, bOff + j, n, k, z1);
+                c[c2 + j] = scalarDot(a, a2, b, bOff + j, n, k, z2);
+                c[c3 + j] = scalarDot(a, a3, b, bOff + j, n, k, z3);
+            }
+        }
+        for (; i < m; i++) {
+            long ai = aOff + i * rowBytes;
+            float zi = biasOf(bias, biasOff, i);
+            int ci = cOff + i * n;
+            int j = 0;
+            for (; j + vl <= n; j += vl) {
+                FloatVector s = FloatVector.broadcast(S, zi);
+                int bj = bOff + j;
+                for (int t = 0; t < k; t++, bj += n) {
+                    FloatVector w = FloatVector.broadcast(S, a.get(F, ai + (long) t * Float.BYTES));
+                    s = FloatVector.fromArray(S, b, bj).fma(w, s);
+                }
+                s.intoArray(c, ci + j);
+            }
+            for (; j < n; j++) {
+                c[ci + j] = scalarDot(a, ai, b, bOff + j, n, k, zi);
+            }
+        }
+    }
+
+    private static float biasOf(MemorySegment bias, long biasOff, int i) {
+        return bias == null ? 0f : bias.get(F, biasOff + (long) i * Float.BYTES);
+    }
+
+    private static float scalarDot(MemorySegment a, long aRow, float[] b, int bCol, int n, int k, float init) {
+        float s = init;
+        for (int t = 0; t < k; t++) {
+            s = Math.fma(a.get(F, aRow + (long) t * Float.BYTES), b[bCol + t * n], s);
+        }
+        return s;
+    }
+
+    /**
+     * Computes {@code out[oOff + r * m + o] = bias[o] + dot(x[xOff + r * k ..], W[o])} for {@code rows} rows: W an
+     * {@code m x k} row-major matrix in the segment (a DL4J dense layer's {@code [nIn, nOut]} 'f'-ordered weights are
+     * exactly that), so each output is a dot product of two contiguous runs. Blocked four rows by two outputs (eight
+     * vector accumulators, six loads per eight FMAs), reduced across lanes at the end.
+     *
+     * @param w       the segment holding W
+     * @param wOff    W's byte offset
+     * @param bias    the segment holding the bias (m floats), or null
+     * @param biasOff the bias's byte offset
+     * @param x       the rows
+     * @param xOff    the first row's offset
+     * @param out     the outputs, overwritten
+     * @param oOff    the first output's offset
+     * @param rows    rows of x
+     * @param m       outputs per row
+     * @param k       inputs per row
+     */
+    static void rowsTimesTransposed(MemorySegment w, long wOff, MemorySegment bias, long biasOff, float[] x, int xOff,
+                                    float[] out, int oOff, int rows, int m, int k) {
+        int vl = S.length();
+        int kb = S.loopBound(k);
+        long rowBytes = (long) k * Float.BYTES;
+        int r = 0;
+        for (; r + 4 <= rows; r += 4) {
+            int x0 = xOff + r * k, x1 = x0 + k, x2 = x1 + k, x3 = x2 + k;
+            int o = 0;
+            for (; o + 2 <= m; o += 2) {
+                long w0 = wOff + o * rowBytes, w1 = w0 + rowBytes;
+                FloatVector s00 = FloatVector.zero(S), s01 = s00, s10 = s00, s11 = s00;
+                FloatVector s20 = s00, s21 = s00, s30 = s00, s31 = s00;
+                for (int t = 0; t < kb; t += vl) {
+                    long wt = (long) t * Float.BYTES;
+                    FloatVector v0 = FloatVector.fromMemorySegment(S, w, w0 + wt, NATIVE);
+                    FloatVector v1 = FloatVector.fromMemorySegment(S, w, w1 + wt, NATIVE);
+                    FloatVector y = FloatVector.fromArray(S, x, x0 + t);
+                    s00 = y.fma(v0, s00);
+                    s01 = y.fma(v1, s01);
+                    y = FloatVector.fromArray(S, x, x1 + t);
+                    s10 = y.fma(v0, s10);
+                    s11 = y.fma(v1, s11);
+                    y = FloatVector.fromArray(S, x, x2 + t);
+                    s20 = y.fma(v0, s20);
+                    s21 = y.fma(v1, s21);
+                    y = FloatVector.fromArray(S, x, x3 + t);
+                    s30 = y.fma(v0, s30);
+                    s31 = y.fma(v1, s31);
+                }
+                float b0 = biasOf(bias, biasOff, o), b1 = biasOf(bias, biasOff, o + 1);
+                int p = oOff + r * m + o;
+                out[p] = tail(w, w0, x, x0, kb, k, s00.reduceLanes(ADD) + b0);
+                out[p + 1] = tail(w, w1, x, x0, kb, k, s01.reduceLanes(ADD) + b1);
+                out[p + m] = tail(w, w0, x, x1, kb, k, s10.reduceLanes(ADD) + b0);
+                out[p + m + 1] = tail(w, w1, x, x1, kb, k, s11.reduceLanes(ADD) + b1);
+                out[p + 2 * m] = tail(w, w0, x, x2, kb, k, s20.reduceLanes(ADD) + b0);
+                out[p + 2 * m + 1] = tail(w, w1, x, x2, kb, k, s21.reduceLanes(ADD) + b1);
+                out[p + 3 * m] = tail(w, w0, x, x3, kb, k, s30.reduceLanes(ADD) + b0);
+                out[p + 3 * m + 1] = tail(w, w1, x, x3, kb, k, s31.reduceLanes(ADD) + b1);
+            }
+            for (; o < m; o++) {
+                for (int q = 0; q < 4; q++) {
+                    out[oOff + (r + q) * m + o] = dot(w, wOff + o * rowBytes, x, xOff + (r + q) * k, kb, k)
+                            + biasOf(bias, biasOff, o);
+                }
+            }
+        }
+        for (; r < rows; r++) {
+            for (int o = 0; o < m; o++) {
+                out[oOff + r * m + o] = dot(w, wOff + o * rowBytes, x, xOff + r * k, kb, k) + biasOf(bias, biasOff, o);
+            }
+        }
+    }
+
+    private static float dot(MemorySegment w, long wRow, float[] x, int xRow, int kb, int k) {
+        FloatVector s = FloatVector.zero(S);
+        for (int t = 0; t < kb; t += S.length()) {
+            s = FloatVector.fromArray(S, x, xRow + t)
+                    .fma(FloatVector.fromMemorySegment(S, w, wRow + (long) t * Float.BYTES, NATIVE), s);
+        }
+        return tail(w, wRow, x, xRow, kb, k, s.reduceLanes(ADD));
+    }
+
+    private static float tail(MemorySegment w, long wRow, float[] x, int xRow, int from, int k, float init) {
+        float s = init;
+        for (int t = from; t < k; t++) {
+            s = Math.fma(x[xRow + t], w.get(F, wRow + (long) t * Float.BYTES), s);
+        }
+        return s;
+    }
+}
