@@ -1,15 +1,23 @@
 package org.symmem4j.serving.host;
 
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.VectorSpecies;
+
 /**
  * 2-D NCHW max or average pooling (dilation 1), per channel and output position over the window's cells that lie in
  * the input. Max ignores padding. Average divides by the window's area when DL4J's
- * {@code avgPoolIncludePadInDivisor} is set, else by the count of cells in the input.
+ * {@code avgPoolIncludePadInDivisor} is set, else by the count of cells in the input. Each output row first
+ * reduces the window's input rows into one line (vectorized across the row), then each window across that line.
  */
 final class PoolKernel implements HostLayer {
+
+    private static final VectorSpecies<Float> S = FloatVector.SPECIES_PREFERRED;
 
     private final Window2d g;
     private final boolean max;
     private final boolean includePadInDivisor;
+    /** One input row reduced down a window's rows. */
+    private final float[] line;
 
     /**
      * @param g                   the window
@@ -20,6 +28,7 @@ final class PoolKernel implements HostLayer {
         this.g = g;
         this.max = max;
         this.includePadInDivisor = includePadInDivisor;
+        this.line = new float[g.inW()];
     }
 
     @Override
@@ -39,7 +48,7 @@ final class PoolKernel implements HostLayer {
 
     @Override
     public void forward(float[] in, float[] out, int rows) {
-        int h = g.inH(), w = g.inW();
+        int h = g.inH(), w = g.inW(), bound = S.loopBound(w);
         int planes = rows * g.channels();
         int o = 0;
         for (int p = 0; p < planes; p++) {
@@ -47,33 +56,30 @@ final class PoolKernel implements HostLayer {
             for (int oy = 0; oy < g.outH(); oy++) {
                 int y0 = oy * g.sH() - g.padTop();
                 int ya = Math.max(0, y0), yb = Math.min(h, y0 + g.kH());
+                // first down the window's rows, a whole input row at a time (vectorized), then across each window
+                int first = plane + ya * w;
+                System.arraycopy(in, first, line, 0, w);
+                for (int y = ya + 1; y < yb; y++) {
+                    int row = plane + y * w, x = 0;
+                    for (; x < bound; x += S.length()) {
+                        FloatVector v = FloatVector.fromArray(S, in, row + x);
+                        FloatVector l = FloatVector.fromArray(S, line, x);
+                        (max ? l.max(v) : l.add(v)).intoArray(line, x);
+                    }
+                    for (; x < w; x++) {
+                        line[x] = max ? Math.max(line[x], in[row + x]) : line[x] + in[row + x];
+                    }
+                }
                 for (int ox = 0; ox < g.outW(); ox++, o++) {
                     int x0 = ox * g.sW() - g.padLeft();
                     int xa = Math.max(0, x0), xb = Math.min(w, x0 + g.kW());
-                    out[o] = max ? max(in, plane, w, ya, yb, xa, xb) : average(in, plane, w, ya, yb, xa, xb);
+                    float r = line[xa];
+                    for (int x = xa + 1; x < xb; x++) {
+                        r = max ? Math.max(r, line[x]) : r + line[x];
+                    }
+                    out[o] = max ? r : r / (includePadInDivisor ? g.kH() * g.kW() : (yb - ya) * (xb - xa));
                 }
             }
         }
-    }
-
-    private static float max(float[] in, int plane, int w, int ya, int yb, int xa, int xb) {
-        float m = Float.NEGATIVE_INFINITY;
-        for (int y = ya; y < yb; y++) {
-            for (int x = xa; x < xb; x++) {
-                m = Math.max(m, in[plane + y * w + x]);
-            }
-        }
-        return m;
-    }
-
-    private float average(float[] in, int plane, int w, int ya, int yb, int xa, int xb) {
-        float s = 0f;
-        for (int y = ya; y < yb; y++) {
-            for (int x = xa; x < xb; x++) {
-                s += in[plane + y * w + x];
-            }
-        }
-        int divisor = includePadInDivisor ? g.kH() * g.kW() : (yb - ya) * (xb - xa);
-        return s / divisor;
     }
 }
