@@ -260,9 +260,27 @@ final class SegmentGemm {
                 }
             }
         }
-        for (; r < rows; r++) {
-            for (int o = 0; o < m; o++) {
-                out[oOff + r * m + o] = dot(w, wOff + o * rowBytes, x, xOff + r * k, kb, k) + biasOf(bias, biasOff, o);
+        for (; r < rows; r++) { // rows left over (all of them at batch 1): four outputs at once, four FMA chains
+            int xr = xOff + r * k, o = 0;
+            for (; o + 4 <= m; o += 4) {
+                long w0 = wOff + o * rowBytes, w1 = w0 + rowBytes, w2 = w1 + rowBytes, w3 = w2 + rowBytes;
+                FloatVector s0 = FloatVector.zero(S), s1 = s0, s2 = s0, s3 = s0;
+                for (int t = 0; t < kb; t += vl) {
+                    long wt = (long) t * Float.BYTES;
+                    FloatVector y = FloatVector.fromArray(S, x, xr + t);
+                    s0 = y.fma(FloatVector.fromMemorySegment(S, w, w0 + wt, NATIVE), s0);
+                    s1 = y.fma(FloatVector.fromMemorySegment(S, w, w1 + wt, NATIVE), s1);
+                    s2 = y.fma(FloatVector.fromMemorySegment(S, w, w2 + wt, NATIVE), s2);
+                    s3 = y.fma(FloatVector.fromMemorySegment(S, w, w3 + wt, NATIVE), s3);
+                }
+                int p = oOff + r * m + o;
+                out[p] = tail(w, w0, x, xr, kb, k, s0.reduceLanes(ADD) + biasOf(bias, biasOff, o));
+                out[p + 1] = tail(w, w1, x, xr, kb, k, s1.reduceLanes(ADD) + biasOf(bias, biasOff, o + 1));
+                out[p + 2] = tail(w, w2, x, xr, kb, k, s2.reduceLanes(ADD) + biasOf(bias, biasOff, o + 2));
+                out[p + 3] = tail(w, w3, x, xr, kb, k, s3.reduceLanes(ADD) + biasOf(bias, biasOff, o + 3));
+            }
+            for (; o < m; o++) {
+                out[oOff + r * m + o] = dot(w, wOff + o * rowBytes, x, xr, kb, k) + biasOf(bias, biasOff, o);
             }
         }
     }
