@@ -102,6 +102,22 @@ class HostNetworkTest {
     }
 
     @Test
+    void flatInputThroughFeedForwardToCnnMatchesDl4j() {
+        // convolutionalFlat: DL4J puts a FeedForwardToCnnPreProcessor before the first convolution
+        MultiLayerConfiguration conf = new NeuralNetConfiguration.Builder().seed(3).list()
+                .layer(new ConvolutionLayer.Builder(3, 3).nOut(5).activation(Activation.RELU).build())
+                .layer(new SubsamplingLayer.Builder(SubsamplingLayer.PoolingType.MAX).kernelSize(2, 2).stride(2, 2).build())
+                .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nOut(4).activation(Activation.SOFTMAX)
+                        .build())
+                .setInputType(InputType.convolutionalFlat(10, 9, 2))
+                .build();
+        assertTrue(conf.getInputPreProcess(0) != null, "the configuration has the preprocessor under test");
+        for (int batch : new int[] {1, 17}) {
+            assertSameAsDl4j(conf, new long[] {180}, batch, batch, "convolutionalFlat");
+        }
+    }
+
+    @Test
     void mlpMatchesDl4j() {
         for (int batch : new int[] {1, 3, 17}) {
             assertSameAsDl4j(mlp(11), new long[] {784}, batch, batch, "mlp");
