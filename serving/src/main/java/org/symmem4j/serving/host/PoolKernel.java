@@ -18,6 +18,9 @@ final class PoolKernel implements HostLayer {
     private final boolean includePadInDivisor;
     /** One input row reduced down a window's rows. */
     private final float[] line;
+    /** Per output column, the first input column of its window that lies in the input, and one past the last. */
+    private final int[] colStart;
+    private final int[] colEnd;
 
     /**
      * @param g                   the window
@@ -29,6 +32,13 @@ final class PoolKernel implements HostLayer {
         this.max = max;
         this.includePadInDivisor = includePadInDivisor;
         this.line = new float[g.inW()];
+        this.colStart = new int[g.outW()];
+        this.colEnd = new int[g.outW()];
+        for (int ox = 0; ox < g.outW(); ox++) {
+            int x0 = ox * g.sW() - g.padLeft();
+            colStart[ox] = Math.max(0, x0);
+            colEnd[ox] = Math.min(g.inW(), x0 + g.kW());
+        }
     }
 
     @Override
@@ -70,14 +80,22 @@ final class PoolKernel implements HostLayer {
                         line[x] = max ? Math.max(line[x], in[row + x]) : line[x] + in[row + x];
                     }
                 }
-                for (int ox = 0; ox < g.outW(); ox++, o++) {
-                    int x0 = ox * g.sW() - g.padLeft();
-                    int xa = Math.max(0, x0), xb = Math.min(w, x0 + g.kW());
-                    float r = line[xa];
-                    for (int x = xa + 1; x < xb; x++) {
-                        r = max ? Math.max(r, line[x]) : r + line[x];
+                if (max) {
+                    for (int ox = 0; ox < g.outW(); ox++, o++) {
+                        float r = line[colStart[ox]];
+                        for (int x = colStart[ox] + 1; x < colEnd[ox]; x++) {
+                            r = Math.max(r, line[x]);
+                        }
+                        out[o] = r;
                     }
-                    out[o] = max ? r : r / (includePadInDivisor ? g.kH() * g.kW() : (yb - ya) * (xb - xa));
+                } else {
+                    for (int ox = 0; ox < g.outW(); ox++, o++) {
+                        float r = line[colStart[ox]];
+                        for (int x = colStart[ox] + 1; x < colEnd[ox]; x++) {
+                            r += line[x];
+                        }
+                        out[o] = r / (includePadInDivisor ? g.kH() * g.kW() : (yb - ya) * (colEnd[ox] - colStart[ox]));
+                    }
                 }
             }
         }
