@@ -102,6 +102,20 @@ class HostNetworkTest {
     }
 
     @Test
+    void readsFeaturesOfAnyOrderTypeOrView() {
+        MultiLayerNetwork net = init(lenet(4));
+        HostNetwork host = HostNetwork.of(lenet(4), paramsOf(net), 1, 28, 28);
+        INDArray all = Nd4j.rand(DataType.FLOAT, 9, 1, 28, 28);
+        INDArray rows = all.get(org.nd4j.linalg.indexing.NDArrayIndex.interval(2, 7)); // a view at an offset
+        INDArray ref = net.output(rows.dup('c'), false);
+        assertTrue(rows.isView(), "the rows are a view");
+        assertClose(ref, host.output(rows), "view");
+        assertClose(ref, host.output(rows.dup('f')), "'f' order");
+        assertClose(ref, host.output(rows.castTo(DataType.DOUBLE)), "DOUBLE features");
+        assertThrows(IllegalArgumentException.class, () -> host.output(Nd4j.rand(DataType.FLOAT, 2, 1, 28, 27)));
+    }
+
+    @Test
     void flatInputThroughFeedForwardToCnnMatchesDl4j() {
         // convolutionalFlat: DL4J puts a FeedForwardToCnnPreProcessor before the first convolution
         MultiLayerConfiguration conf = new NeuralNetConfiguration.Builder().seed(3).list()
