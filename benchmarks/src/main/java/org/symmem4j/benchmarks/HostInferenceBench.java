@@ -62,7 +62,8 @@ public final class HostInferenceBench {
         Cli.positive("--reps", f.reps);
         Cli.positive("--min-ms", f.minMillis);
         f.batches.forEach(b -> Cli.positive("--batches", b));
-        System.out.printf(Locale.ROOT, "# HostInferenceBench: cpus=%d OMP_NUM_THREADS=%s vector=%d floats (%s) java=%s%n",
+        System.out.printf(Locale.ROOT,
+                "# HostInferenceBench: cpus=%d OMP_NUM_THREADS=%s vector=%d floats (%s) java=%s%n",
                 Runtime.getRuntime().availableProcessors(), System.getenv("OMP_NUM_THREADS"),
                 FloatVector.SPECIES_PREFERRED.length(), FloatVector.SPECIES_PREFERRED, Runtime.version());
         List<Cell> cells = new ArrayList<>();
@@ -80,7 +81,8 @@ public final class HostInferenceBench {
             MemorySegment params = Arena.ofAuto().allocate((long) p.length * Float.BYTES, 64);
             MemorySegment.copy(p, 0, params, ValueLayout.JAVA_FLOAT_UNALIGNED, 0, p.length);
             HostNetwork host = HostNetwork.of(conf, params, example);
-            System.out.printf(Locale.ROOT, "# %s: params=%d flops/example=%d%n", model, p.length, host.flopsPerExample());
+            System.out.printf(Locale.ROOT, "# %s: params=%d flops/example=%d%n", model, p.length,
+                    host.flopsPerExample());
             for (int batch : f.batches) {
                 long[] shape = new long[example.length + 1];
                 shape[0] = batch;
@@ -106,7 +108,8 @@ public final class HostInferenceBench {
             }
         }
         System.out.println();
-        System.out.println("| model | batch | DL4J us/example | DL4J GFLOP/s | host us/example | host GFLOP/s | DL4J / host |");
+        System.out.println("| model | batch | DL4J us/example | DL4J GFLOP/s | host us/example | host GFLOP/s"
+                + " | DL4J / host |");
         System.out.println("|---|---:|---:|---:|---:|---:|---:|");
         for (Cell c : cells) {
             System.out.printf(Locale.ROOT, "| %s | %d | %.1f | %.2f | %.1f | %.2f | %.2fx |%n", c.model, c.batch,

@@ -77,7 +77,10 @@ public final class HostNetwork implements ModelSpec.Network {
         NetworkPlan.of(Objects.requireNonNull(conf, "conf"), exampleShape);
     }
 
-    /** {@return the floating-point operations of one example's forward pass (2 per multiply-add; pooling counted once per cell)} */
+    /**
+     * {@return the floating-point operations of one example's forward pass (2 per multiply-add; pooling counted once
+     * per cell)}
+     */
     public long flopsPerExample() {
         return layers.stream().mapToLong(HostLayer::flopsPerExample).sum();
     }
