@@ -43,7 +43,9 @@
 # -w8.md, -w16.md) and pipeline-zero (issue #35: ZeRO stage 1 on the pipeline's dp axis against the unsharded
 # pipeline, step time and model bytes, dp x pp = 2 x 4 and 4 x 4 rank threads, a core per rank, and stage 3 at 2 x 4,
 # < 6 minutes; $OUT/pipeline-zero-2x4.md, -4x4.md, pipeline-zero3-2x4.md) and speculative (issue #34: speculative decoding against the target alone,
-# < 5 minutes; $OUT/speculative.txt): e.g. `run.sh bench zero`.
+# < 5 minutes; $OUT/speculative.txt) and host-inference (issue #34: DL4J's forward pass against HostNetwork, the Java
+# vectorized forward over the same parameters, CNN and MLP at batch 1-32 on one thread, < 2 minutes;
+# $OUT/host-inference.md): e.g. `run.sh bench zero`.
 # Results: $OUT/scaling.csv (every run, labelled), $OUT/main.md, $OUT/log.txt, $OUT/machine.txt,
 # $OUT/symmem16.jfr, $OUT/allreduce.txt. Render a label's report here with
 #   java ... ScalingBench --render-from scaling.csv --label small --machine "..." --out report.md
@@ -82,7 +84,7 @@ bench() {
       main) main ;; small) small ;; omp1) omp1 ;; twocore) twocore ;; mpi) mpi ;; cnn) cnn ;; small16) small16 ;;
       zero1) zero1 ;; pipeline) pipeline ;; zero) zero ;; hsdp-threads) hsdp threads ;; hsdp-processes) hsdp processes ;;
       serving) serving ;; serving-memory) serving_memory ;; zb-h1) zb_h1 ;; sync-bn) sync_bn ;; rebalance) rebalance ;;
-      pipeline-zero) pipeline_zero ;; speculative) speculative ;;
+      pipeline-zero) pipeline_zero ;; speculative) speculative ;; host-inference) host_inference ;;
       *) echo "unknown step $step" | tee -a "$log" ;;
     esac
     echo "$step exit $? at ${SECONDS}s" | tee -a "$log"
@@ -161,6 +163,13 @@ hsdp() {
 serving() {
   OMP_NUM_THREADS=1 timeout 560 "${java[@]}" org.symmem4j.benchmarks.ServingProcessBench --workers 8 --models 2 \
     --clients 32 --seconds 8 --reps 3 > "$out/serving-processes.md" 2>&1
+}
+
+# The host inference path (issue #34): DL4J's own forward (net.output) against HostNetwork over the same parameters,
+# ServingBench's CNN and MLP, batch 1, 2, 4, 8, 16, 32, one thread each (OMP_NUM_THREADS=1), alternating, medians of 7.
+host_inference() {
+  OMP_NUM_THREADS=1 timeout 300 "${java[@]}" org.symmem4j.benchmarks.HostInferenceBench --reps 7 --min-ms 200 \
+    --warmup-ms 1500 > "$out/host-inference.md" 2>&1
 }
 
 # The memory side of it: 8 models (4 MLPs of 784-4096-4096-10, 20 M parameters each, and 4 CNNs), 1 and 8 workers

@@ -1,0 +1,136 @@
+package org.symmem4j.serving.host;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Objects;
+
+import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.serving.ModelSpec;
+
+/**
+ * The forward pass of a DL4J {@code MultiLayerConfiguration} of common layers, run in Java with
+ * {@code jdk.incubator.vector} over the network's flat FP32 parameters, read in place (zero-copy) from the segment
+ * {@code SharedNetworks} would put a DL4J network over. Inference only, one thread per instance.
+ *
+ * <p>Supported: {@code ConvolutionLayer} (2-D NCHW, any kernel, stride and padding, Truncate or Same, bias on or off,
+ * dilation 1), {@code SubsamplingLayer} MAX and AVG (Truncate or Same, dilation 1), {@code DenseLayer} (no layer
+ * norm), {@code OutputLayer} (its activation; the loss is ignored), activations identity, ReLU, tanh, sigmoid and
+ * (on flat layers) softmax, and the {@code CnnToFeedForwardPreProcessor} / {@code FeedForwardToCnnPreProcessor} that
+ * {@code setInputType} adds. Anything else is refused by {@link #of} before anything is built, with an error naming
+ * the layer, its type or setting, and the fix (serve it through DL4J's forward, {@code ModelSpec.of}).
+ *
+ * <p>Scratch: two activation buffers sized for the largest batch seen so far (grown, never shrunk), plus one
+ * example's im2col matrix per convolution; nothing is allocated per call but the returned array.
+ */
+public final class HostNetwork implements ModelSpec.Network {
+
+    private final NetworkPlan plan;
+    private final List<HostLayer> layers;
+    private final int inSize;
+    private final int maxSize;
+    private float[] ping = new float[0];
+    private float[] pong = new float[0];
+
+    private HostNetwork(NetworkPlan plan, MemorySegment params) {
+        this.plan = plan;
+        this.layers = plan.steps().stream().map(s -> s.over(params)).toList();
+        this.inSize = layers.getFirst().inSize();
+        this.maxSize = layers.stream().mapToInt(l -> Math.max(l.inSize(), l.outSize())).max().orElseThrow();
+    }
+
+    /**
+     * A host network over {@code params}.
+     *
+     * @param conf         the configuration (FLOAT, of the supported layers)
+     * @param params       the flat parameters, {@code numParams x 4} bytes, in DL4J's layout (a network's
+     *                     {@code params()}); read in place for the network's life, never written
+     * @param exampleShape one input example: {@code [n]} flat, or {@code [channels, height, width]}
+     * @return the network
+     * @throws IllegalArgumentException for an unsupported layer, activation, setting or data type, or a segment of
+     *                                  the wrong size, before anything is built
+     */
+    public static HostNetwork of(MultiLayerConfiguration conf, MemorySegment params, long... exampleShape) {
+        Objects.requireNonNull(conf, "conf");
+        Objects.requireNonNull(params, "params");
+        NetworkPlan plan = NetworkPlan.of(conf, exampleShape);
+        if (params.byteSize() != plan.numParams() * Float.BYTES) {
+            throw new IllegalArgumentException("host network parameters of bytes=" + params.byteSize() + " expected "
+                    + plan.numParams() * Float.BYTES + " (" + plan.numParams() + " FLOAT params of this configuration;"
+                    + " fix: pass the parameters of a network built from the same configuration)");
+        }
+        return new HostNetwork(plan, params);
+    }
+
+    /**
+     * Checks that the host path supports a configuration, without parameters.
+     *
+     * @param conf         the configuration
+     * @param exampleShape one input example's shape
+     * @throws IllegalArgumentException as {@link #of} would
+     */
+    public static void check(MultiLayerConfiguration conf, long... exampleShape) {
+        NetworkPlan.of(Objects.requireNonNull(conf, "conf"), exampleShape);
+    }
+
+    /**
+     * {@return the floating-point operations of one example's forward pass (2 per multiply-add; pooling counted once
+     * per cell)}
+     */
+    public long flopsPerExample() {
+        return layers.stream().mapToLong(HostLayer::flopsPerExample).sum();
+    }
+
+    /**
+     * Runs the forward pass.
+     *
+     * @param features {@code [rows, ...exampleShape]}, any data type and order (FLOAT 'c' is read without a copy
+     *                 into a temporary)
+     * @return {@code [rows, ...outputShape]} FLOAT
+     */
+    @Override
+    public INDArray output(INDArray features) {
+        long[] s = features.shape();
+        if (s.length != plan.exampleShape().length + 1 || s[0] < 1 || s[0] > Integer.MAX_VALUE / maxSize
+                || !Arrays.equals(s, 1, s.length, plan.exampleShape(), 0, plan.exampleShape().length)) {
+            throw new IllegalArgumentException("host network features shape=" + Arrays.toString(s) + " expected [rows, "
+                    + Arrays.toString(plan.exampleShape()).replaceAll("[\\[\\]]", "") + "] (fix: send rows of this"
+                    + " network's input shape)");
+        }
+        int rows = (int) s[0];
+        ensure(rows);
+        read(features, ping, rows * inSize);
+        float[] in = ping, out = pong;
+        for (HostLayer layer : layers) {
+            layer.forward(in, out, rows);
+            float[] t = in;
+            in = out;
+            out = t;
+        }
+        long[] shape = new long[plan.outputShape().length + 1];
+        shape[0] = rows;
+        System.arraycopy(plan.outputShape(), 0, shape, 1, plan.outputShape().length);
+        return Nd4j.create(Arrays.copyOf(in, rows * layers.getLast().outSize()), shape, 'c');
+    }
+
+    private void ensure(int rows) {
+        int n = rows * maxSize;
+        if (ping.length < n) {
+            ping = new float[n];
+            pong = new float[n];
+        }
+    }
+
+    private static void read(INDArray features, float[] dst, int n) {
+        INDArray f = features;
+        if (f.dataType() != DataType.FLOAT || f.ordering() != 'c' || f.isView() || f.data().length() != n) {
+            f = f.castTo(DataType.FLOAT).dup('c');
+        }
+        MemorySegment src = MemorySegment.ofAddress(f.data().address()).reinterpret((long) n * Float.BYTES);
+        MemorySegment.copy(src, ValueLayout.JAVA_FLOAT_UNALIGNED, 0, dst, 0, n);
+    }
+}
