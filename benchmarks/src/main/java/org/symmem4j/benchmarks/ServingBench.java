@@ -33,6 +33,7 @@ import org.symmem4j.examples.Cli;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.serving.ModelRouter;
+import org.symmem4j.serving.ModelSpec;
 import org.symmem4j.serving.RouterOptions;
 import org.symmem4j.serving.weights.SharedNetworks;
 import org.symmem4j.serving.weights.SharedWeights;
@@ -81,6 +82,9 @@ public final class ServingBench {
         int servedModels = 4;
         @Option(names = "--memory-workers", paramLabel = "W", description = "workers per model per JVM in the memory phase")
         int memoryWorkers = 2;
+        @Option(names = "--host-path", description = "also run the router with the host path (ModelSpec.ofHostPath:"
+                + " the forward pass in Java, not DL4J's), a side of its own beside the router with DL4J's forward")
+        boolean hostPath;
         @Option(names = "--skip-memory", description = "skip the memory phase")
         boolean skipMemory;
         @Option(names = "--memory-rank", hidden = true, description = "internal: this JVM is a rank of the memory phase")
@@ -142,12 +146,19 @@ public final class ServingBench {
             List<List<Cell>> reps = new ArrayList<>();
             for (int w : f.workers) {
                 List<Cell> symmem = new ArrayList<>();
+                List<Cell> host = new ArrayList<>();
                 List<Cell> pi = new ArrayList<>();
-                for (int r = 0; r < f.reps; r++) { // round robin: both sides see the same machine state
-                    symmem.add(runRouter(f, model, net, example, w));
+                for (int r = 0; r < f.reps; r++) { // round robin: every side sees the same machine state
+                    symmem.add(runRouter(f, model, net, example, w, false));
+                    if (f.hostPath) {
+                        host.add(runRouter(f, model, net, example, w, true));
+                    }
                     pi.add(runParallelInference(f, model, net, example, w));
                 }
                 reps.add(symmem);
+                if (f.hostPath) {
+                    reps.add(host);
+                }
                 reps.add(pi);
             }
             System.out.printf("## %s%n%n| side | workers | requests/s (median) | p50 us | p99 us | failed | all reps req/s |%n"
@@ -159,12 +170,15 @@ public final class ServingBench {
                         med.requestsPerSecond, med.p50Micros, med.p99Micros, cells.stream().mapToLong(Cell::failures).sum(),
                         cells.stream().map(c -> String.format(Locale.ROOT, "%.0f", c.requestsPerSecond)).toList());
             }
-            Cell bestS = best(all, model, "symmem4j");
             Cell bestP = best(all, model, "ParallelInference");
-            System.out.printf(Locale.ROOT, "%nbest: symmem4j %.0f req/s (workers=%d, p99 %.0f us) vs ParallelInference"
-                    + " %.0f req/s (workers=%d, p99 %.0f us): %.2fx%n%n", bestS.requestsPerSecond, bestS.workers,
-                    bestS.p99Micros, bestP.requestsPerSecond, bestP.workers, bestP.p99Micros,
-                    bestS.requestsPerSecond / bestP.requestsPerSecond);
+            for (String side : f.hostPath ? List.of(ROUTER, HOST_PATH) : List.of(ROUTER)) {
+                Cell bestS = best(all, model, side);
+                System.out.printf(Locale.ROOT, "%nbest: %s %.0f req/s (workers=%d, p99 %.0f us) vs ParallelInference"
+                        + " %.0f req/s (workers=%d, p99 %.0f us): %.2fx%n", side, bestS.requestsPerSecond, bestS.workers,
+                        bestS.p99Micros, bestP.requestsPerSecond, bestP.workers, bestP.p99Micros,
+                        bestS.requestsPerSecond / bestP.requestsPerSecond);
+            }
+            System.out.println();
         }
         if (!f.skipMemory) {
             memoryPhase(f, args);
@@ -182,14 +196,25 @@ public final class ServingBench {
                 .max((a, b) -> Double.compare(a.requestsPerSecond, b.requestsPerSecond)).orElseThrow();
     }
 
-    private static Cell runRouter(Flags f, String model, MultiLayerNetwork net, long[] example, int workers) {
+    /** The router's side with DL4J's forward pass. */
+    static final String ROUTER = "symmem4j";
+    /** The router's side with the host path ({@code ModelSpec.ofHostPath}). */
+    static final String HOST_PATH = "symmem4j host path";
+
+    private static Cell runRouter(Flags f, String model, MultiLayerNetwork net, long[] example, int workers,
+                                  boolean hostPath) {
         RouterOptions options = new RouterOptions(workers, f.maxBatch, Duration.ofNanos(f.maxWaitMicros * 1000),
                 Math.max(1024, 4 * f.clients), Duration.ofSeconds(60));
         try (SharedWeights weights = SharedWeights.create(InJvmWorld.create(1).join(0), 0,
                 2 * net.params().length() * 4 + (1 << 20), 4);
              ModelRouter router = new ModelRouter(weights, options, null)) {
-            router.deploy(model, net, example);
-            return closedLoop(f, model, "symmem4j", workers, x -> router.predict(model, x).join().output());
+            if (hostPath) {
+                router.deploy(model, ModelSpec.ofHostPath(net.getLayerWiseConfigurations(), example), net.params());
+            } else {
+                router.deploy(model, net, example);
+            }
+            return closedLoop(f, model, hostPath ? HOST_PATH : ROUTER, workers,
+                    x -> router.predict(model, x).join().output());
         }
     }
 

@@ -10,7 +10,6 @@ import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
-import org.symmem4j.serving.ModelSpec;
 
 /**
  * The forward pass of a DL4J {@code MultiLayerConfiguration} of common layers, run in Java with
@@ -27,7 +26,7 @@ import org.symmem4j.serving.ModelSpec;
  * <p>Scratch: two activation buffers sized for the largest batch seen so far (grown, never shrunk), plus one
  * example's im2col matrix per convolution; nothing is allocated per call but the returned array.
  */
-public final class HostNetwork implements ModelSpec.Network {
+public final class HostNetwork {
 
     private final NetworkPlan plan;
     private final List<HostLayer> layers;
@@ -92,7 +91,6 @@ public final class HostNetwork implements ModelSpec.Network {
      *                 into a temporary)
      * @return {@code [rows, ...outputShape]} FLOAT
      */
-    @Override
     public INDArray output(INDArray features) {
         long[] s = features.shape();
         if (s.length != plan.exampleShape().length + 1 || s[0] < 1 || s[0] > Integer.MAX_VALUE / maxSize

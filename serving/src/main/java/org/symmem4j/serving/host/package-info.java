@@ -3,7 +3,6 @@
  * {@code MultiLayerConfiguration} of common layers (2-D convolution, max/average pooling, dense, output) in Java with
  * {@code jdk.incubator.vector}, reading the network's flat FP32 parameters in place from a {@code MemorySegment} (the
  * same segment {@code SharedNetworks} puts a DL4J network over). Configurations with anything else are refused
- * before anything is built. Not yet used by the router: a spec can wrap it through
- * {@code ModelSpec.of(params -> HostNetwork.of(conf, params, shape), DataType.FLOAT, shape)}.
+ * before anything is built. The router runs it for a model deployed with {@code ModelSpec.ofHostPath}.
  */
 package org.symmem4j.serving.host;
