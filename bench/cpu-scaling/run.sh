@@ -45,7 +45,8 @@
 # < 6 minutes; $OUT/pipeline-zero-2x4.md, -4x4.md, pipeline-zero3-2x4.md) and speculative (issue #34: speculative decoding against the target alone,
 # < 5 minutes; $OUT/speculative.txt) and host-inference (issue #34: DL4J's forward pass against HostNetwork, the Java
 # vectorized forward over the same parameters, CNN and MLP at batch 1-32 on one thread, < 2 minutes;
-# $OUT/host-inference.md): e.g. `run.sh bench zero`.
+# $OUT/host-inference.md) and serving-host (issue #34: the router with DL4J's forward and with the host path against
+# ParallelInference, CNN and MLP, 8 and 16 workers, < 4 minutes; $OUT/serving-host.txt): e.g. `run.sh bench zero`.
 # Results: $OUT/scaling.csv (every run, labelled), $OUT/main.md, $OUT/log.txt, $OUT/machine.txt,
 # $OUT/symmem16.jfr, $OUT/allreduce.txt. Render a label's report here with
 #   java ... ScalingBench --render-from scaling.csv --label small --machine "..." --out report.md
@@ -85,6 +86,7 @@ bench() {
       zero1) zero1 ;; pipeline) pipeline ;; zero) zero ;; hsdp-threads) hsdp threads ;; hsdp-processes) hsdp processes ;;
       serving) serving ;; serving-memory) serving_memory ;; zb-h1) zb_h1 ;; sync-bn) sync_bn ;; rebalance) rebalance ;;
       pipeline-zero) pipeline_zero ;; speculative) speculative ;; host-inference) host_inference ;;
+      serving-host) serving_host ;;
       *) echo "unknown step $step" | tee -a "$log" ;;
     esac
     echo "$step exit $? at ${SECONDS}s" | tee -a "$log"
@@ -163,6 +165,14 @@ hsdp() {
 serving() {
   OMP_NUM_THREADS=1 timeout 560 "${java[@]}" org.symmem4j.benchmarks.ServingProcessBench --workers 8 --models 2 \
     --clients 32 --seconds 8 --reps 3 > "$out/serving-processes.md" 2>&1
+}
+
+# The router on the host path (issue #34): ServingBench, the router with DL4J's forward, the router with the host path
+# (ModelSpec.ofHostPath) and ParallelInference (BATCHED), round robin, CNN and MLP, 8 and 16 workers, 32 closed-loop
+# clients; OMP_NUM_THREADS=1 on every side (< 4 minutes; $OUT/serving-host.txt)
+serving_host() {
+  OMP_NUM_THREADS=1 timeout 330 "${java[@]}" org.symmem4j.benchmarks.ServingBench --models cnn,mlp --workers 8,16 \
+    --clients 32 --reps 2 --seconds 4 --host-path --skip-memory > "$out/serving-host.txt" 2>&1
 }
 
 # The host inference path (issue #34): DL4J's own forward (net.output) against HostNetwork over the same parameters,
