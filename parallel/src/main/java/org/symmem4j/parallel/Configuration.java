@@ -400,6 +400,16 @@ public final class Configuration {
 
     static void validate(Source source) {
         List<String> problems = new ArrayList<>();
+        for (Map.Entry<String, String> removed : REMOVED.entrySet()) {
+            String property = removed.getKey();
+            String env = property.toUpperCase(Locale.ROOT).replace('.', '_');
+            String value = source.properties.apply(property);
+            String name = value != null ? "-D" + property : env;
+            value = value != null ? value : source.environment.apply(env);
+            if (value != null) {
+                problems.add(name + "=" + value + " was removed: " + removed.getValue() + " (fix: drop it)");
+            }
+        }
         for (Setting<?> s : ALL) {
             try {
                 s.get(source);
@@ -414,6 +424,19 @@ public final class Configuration {
             throw new IllegalArgumentException(problems.size() + " invalid settings: " + String.join("; ", problems)
                     + " (fix: correct or unset each of them, as its message says)");
         }
+    }
+
+    /**
+     * Settings that no longer exist, each with what replaced it: set, they are an error rather than silently ignored
+     * (a user's old script would otherwise measure something else than it says).
+     */
+    private static final Map<String, String> REMOVED = removedSettings();
+
+    private static Map<String, String> removedSettings() {
+        String recorder = "on 2026-11-30 the flight recorder kept one layout (own-line), the others measured no better"
+                + " (docs/flight-recorder.md)";
+        return Map.of("symmem4j.flight.recorder.storage", recorder, "symmem4j.flight.recorder.padded", recorder,
+                "symmem4j.flight.recorder.compact", recorder, "symmem4j.flight.recorder.runs", recorder);
     }
 
     /**

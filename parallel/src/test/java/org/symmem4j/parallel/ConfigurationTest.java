@@ -95,6 +95,18 @@ class ConfigurationTest {
     }
 
     @Test
+    void aRemovedSettingIsAnErrorNotIgnored() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> Configuration.validate(source(
+                Map.of("symmem4j.flight.recorder.runs", "true"), Map.of())));
+        assertTrue(e.getMessage().startsWith("-Dsymmem4j.flight.recorder.runs=true was removed: on 2026-11-30 the flight"
+                + " recorder kept one layout"), e.getMessage());
+        assertTrue(e.getMessage().endsWith("(fix: drop it)"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> Configuration.validate(source(
+                Map.of(), Map.of("SYMMEM4J_FLIGHT_RECORDER_STORAGE", "heap"))));
+        assertTrue(e.getMessage().startsWith("SYMMEM4J_FLIGHT_RECORDER_STORAGE=heap was removed"), e.getMessage());
+    }
+
+    @Test
     void theEnvironmentVariableMirrorsTheProperty() {
         Configuration.Source env = source(Map.of(), Map.of("SYMMEM4J_TIMEOUT_MS", "1500", "SYMMEM4J_CUDA_PDL", "false",
                 "SYMMEM4J_SHM_DIR", "/var/tmp/shm", "SYMMEM4J_TP_CHUNK_ROWS", "512"));
