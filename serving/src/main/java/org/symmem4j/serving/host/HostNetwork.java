@@ -2,14 +2,17 @@ package org.symmem4j.serving.host;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.lang.management.ManagementFactory;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
+import org.slf4j.LoggerFactory;
 
 /**
  * The forward pass of a DL4J {@code MultiLayerConfiguration} of common layers, run in Java with
@@ -62,7 +65,53 @@ public final class HostNetwork {
                     + plan.numParams() * Float.BYTES + " (" + plan.numParams() + " FLOAT params of this configuration;"
                     + " fix: pass the parameters of a network built from the same configuration)");
         }
+        warnIfNotCompiled();
         return new HostNetwork(plan, params);
+    }
+
+    /** Whether this JVM was warned already that it cannot compile the host path's loops. */
+    private static final AtomicBoolean WARNED = new AtomicBoolean();
+
+    /**
+     * Warns once per JVM when it runs without C2 (C1 only, as {@code WorkerJvm}'s default worker flags have it, or the
+     * interpreter): the Vector API's loops are then not compiled to vector instructions and the host path runs many
+     * times slower than DL4J's forward, correct but slow.
+     */
+    private static void warnIfNotCompiled() {
+        if (WARNED.get()) {
+            return;
+        }
+        String reason = withoutC2(ManagementFactory.getRuntimeMXBean().getInputArguments());
+        if (reason != null && WARNED.compareAndSet(false, true)) {
+            LoggerFactory.getLogger(HostNetwork.class).warn("the host inference path runs in a JVM started with "
+                    + reason + ": the Vector API's loops are not compiled to vector instructions without C2 and run"
+                    + " many times slower than DL4J's forward (fix: start this JVM without it; for worker JVMs started"
+                    + " with WorkerJvm's defaults, set SYMMEM4J_WORKER_JVM_FLAGS to those flags without"
+                    + " -XX:TieredStopAtLevel=1, or serve the model with ModelSpec.of)");
+        }
+    }
+
+    /**
+     * {@return the JVM flag that leaves C2 out, as this JVM's arguments give it (the last one of a repeated flag wins),
+     * or null when C2 is there}
+     *
+     * @param jvmArguments the JVM's input arguments
+     */
+    static String withoutC2(List<String> jvmArguments) {
+        String reason = null;
+        for (String a : jvmArguments) {
+            if (a.equals("-Xint")) {
+                reason = "-Xint (the interpreter only)";
+            } else if (a.startsWith("-XX:TieredStopAtLevel=")) {
+                try {
+                    reason = Integer.parseInt(a.substring("-XX:TieredStopAtLevel=".length()).trim()) < 4
+                            ? a + " (no C2)" : null;
+                } catch (NumberFormatException notANumber) {
+                    // the JVM would not have started with it
+                }
+            }
+        }
+        return reason;
     }
 
     /**

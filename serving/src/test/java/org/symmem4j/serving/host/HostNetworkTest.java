@@ -2,12 +2,14 @@ package org.symmem4j.serving.host;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.util.List;
 import java.util.stream.Stream;
 
 import org.deeplearning4j.nn.conf.ConvolutionMode;
@@ -265,5 +267,15 @@ class HostNetworkTest {
         assertThrows(IllegalArgumentException.class, () -> HostNetwork.check(conf, example));
         assertEquals(e.getMessage(), assertThrows(IllegalArgumentException.class,
                 () -> HostNetwork.check(conf, example)).getMessage());
+    }
+
+    @Test
+    void aJvmWithoutC2IsNamedForItsWarning() {
+        assertEquals("-XX:TieredStopAtLevel=1 (no C2)",
+                HostNetwork.withoutC2(List.of("-Xmx512m", "-XX:TieredStopAtLevel=1", "-Xss512k")));
+        assertEquals("-Xint (the interpreter only)", HostNetwork.withoutC2(List.of("-Xint")));
+        assertNull(HostNetwork.withoutC2(List.of("-XX:TieredStopAtLevel=1", "-XX:TieredStopAtLevel=4")),
+                "the last of a repeated flag wins");
+        assertNull(HostNetwork.withoutC2(List.of("-XX:-TieredCompilation", "-Xmx1g")), "C2 alone is C2");
     }
 }
