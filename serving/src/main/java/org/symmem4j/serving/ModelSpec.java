@@ -3,6 +3,7 @@ package org.symmem4j.serving;
 import java.lang.foreign.MemorySegment;
 import java.util.Arrays;
 import java.util.Objects;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.Function;
 
 import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
@@ -11,6 +12,7 @@ import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.serving.host.HostNetwork;
 import org.symmem4j.serving.weights.SharedNetworks;
 
@@ -77,7 +79,9 @@ public final class ModelSpec {
      * max and average pooling, dense and output layers (the LeNet-like CNN of the serving benchmark runs 7-11 times
      * faster per example than DL4J's forward on one thread: {@code bench/results/2026-11-30-host-inference-2core-loaded.md}).
      * Its answers agree with DL4J's to float rounding, not bitwise ({@code HostNetworkTest}: within 1e-4 relative,
-     * measured 9e-8). Worker threads and worker processes both run it.
+     * measured 9e-8). Worker threads and worker processes both run it; a JVM without C2 (started with
+     * {@code -XX:TieredStopAtLevel=1}, as {@code WorkerJvm}'s default worker flags are) serves it on DL4J's forward
+     * instead, with a warning, since the host path's loops would run there about 150 times slower.
      *
      * @param conf         its configuration (FLOAT)
      * @param exampleShape one example's shape, e.g. {@code 784} for an MLP or {@code 1, 28, 28} for a CNN
@@ -90,10 +94,37 @@ public final class ModelSpec {
         Objects.requireNonNull(conf, "conf");
         MultiLayerConfiguration c = conf.clone();
         long[] shape = exampleShape.clone();
-        ModelSpec spec = new ModelSpec(params -> HostNetwork.of(c, params, shape)::output, shape, conf.getDataType(),
-                HOST_MULTI_LAYER, c.toJson());
+        ModelSpec spec = new ModelSpec(params -> hostOrDl4j(c, params, shape, HostNetwork.withoutC2()), shape,
+                conf.getDataType(), HOST_MULTI_LAYER, c.toJson());
         HostNetwork.check(c, shape); // refused here, at deploy, not in the first batch
         return spec;
+    }
+
+    /** Whether this JVM said already that it serves host-path models on DL4J's forward. */
+    private static final AtomicBoolean FALLBACK_WARNED = new AtomicBoolean();
+
+    /**
+     * A host-path network over {@code params}, or, in a JVM without C2 ({@code noC2} names its flag), DL4J's network
+     * over them: there the host path's loops would run about 150 times slower, slower than DL4J, so the JVM serves the
+     * same answers (to float rounding) on DL4J's forward, with a warning.
+     */
+    static Network hostOrDl4j(MultiLayerConfiguration c, MemorySegment params, long[] shape, String noC2) {
+        if (noC2 == null) {
+            return HostNetwork.of(c, params, shape)::output;
+        }
+        warnHostPathFallback(noC2);
+        MultiLayerNetwork net = SharedNetworks.multiLayer(c, params);
+        return features -> net.output(features, false);
+    }
+
+    private static void warnHostPathFallback(String noC2) {
+        if (FALLBACK_WARNED.compareAndSet(false, true)) {
+            LoggerFactory.getLogger(ModelSpec.class).warn("models deployed on the host path run DL4J's"
+                    + " forward in this JVM: it was started with " + noC2 + ", and the host path's Vector API loops"
+                    + " need C2 (without it about 150 times slower) (fix: start this JVM without that flag; worker"
+                    + " JVMs of WorkerJvm's defaults: set SYMMEM4J_WORKER_JVM_FLAGS to them without"
+                    + " -XX:TieredStopAtLevel=1)");
+        }
     }
 
     /**

@@ -23,8 +23,9 @@ import java.util.Map;
  *       garbage touches between collections few;</li>
  *   <li>{@code -XX:TieredStopAtLevel=1}: the C1 compiler only (the work runs in ND4J's native code), a smaller code
  *       cache and no C2 compiler threads; {@code -Xss512k} for the threads' stacks. Not for models on the host path
- *       ({@code ModelSpec.ofHostPath}): its Vector API loops need C2, and without it run many times slower than
- *       DL4J's forward ({@code HostNetwork} warns): set {@value #FLAGS_ENV} to these flags without it;</li>
+ *       ({@code ModelSpec.ofHostPath}): its Vector API loops need C2 (without it about 150 times slower), so such a
+ *       worker serves them on DL4J's forward, with a warning: for the host path's speed set {@value #FLAGS_ENV} to
+ *       these flags without it;</li>
  *   <li>a dynamic CDS archive, {@link #sharedArchive}: the classes of the class path (DL4J, ND4J, symmem4j) parsed
  *       once and mapped read-only by every worker JVM, so their pages are shared, not loaded again per JVM. The
  *       first worker ({@code worker == 1}) starts with {@code -XX:+AutoCreateSharedArchive}: it writes the archive

@@ -81,4 +81,18 @@ class HostPathServingTest {
         assertTrue(e.getMessage().contains("LSTM"), e.getMessage());
         assertTrue(e.getMessage().contains("fix: serve it through DL4J's forward (ModelSpec.of)"), e.getMessage());
     }
+
+    @Test
+    void aJvmWithoutC2ServesTheHostPathOnDl4jsForward() {
+        MultiLayerNetwork own = Nets.owning(Nets.cnn(7));
+        float[] p = own.params().toFloatVector();
+        MemorySegment params = Arena.ofAuto().allocate((long) p.length * Float.BYTES, 64);
+        MemorySegment.copy(p, 0, params, ValueLayout.JAVA_FLOAT_UNALIGNED, 0, p.length);
+        INDArray features = Nets.features(8, 5, 1, 8, 8);
+        ModelSpec.Network onDl4j = ModelSpec.hostOrDl4j(Nets.cnn(7), params, new long[] {1, 8, 8},
+                "-XX:TieredStopAtLevel=1 (no C2)");
+        assertEquals(own.output(features, false), onDl4j.output(features), "DL4J's forward: DL4J's answers, bitwise");
+        ModelSpec.Network onHost = ModelSpec.hostOrDl4j(Nets.cnn(7), params, new long[] {1, 8, 8}, null);
+        assertTrue(onHost.output(features).equalsWithEps(own.output(features, false), 1e-5));
+    }
 }
