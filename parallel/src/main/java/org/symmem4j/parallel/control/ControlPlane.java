@@ -290,8 +290,9 @@ public final class ControlPlane implements AutoCloseable {
     /**
      * Arrives at the entry barrier with this rank's descriptor and checks every rank's. All ranks
      * read the same descriptors, so all reach the same verdict: all proceed, or all get the same
-     * message. Once the barrier's wait is over (not between the publish and the wait: see
-     * {@link PadSynchronizer#arrive}) the flight recorder writes this rank's entry.
+     * message. The flight recorder's entry is written between this rank's publish and its wait by default
+     * ({@link PadSynchronizer#arrive} says why), or here once the wait is over with {@code
+     * symmem4j.flight.recorder.arrival=after-wait}.
      *
      * @param mine this rank's descriptor of the collective {@link #begin} numbered
      * @return null when every rank agrees and every buffer is large enough; else the mismatch's message,
@@ -301,8 +302,8 @@ public final class ControlPlane implements AutoCloseable {
         FlightRecorder rec = RECORD_ARRIVAL ? recorder : null;
         sync.arrive(mine, RECORD_IN_SHADOW ? rec : null);
         if (rec != null && !RECORD_IN_SHADOW) {
-            // after the wait, not in its shadow (PadSynchronizer.arrive says why); a wait that throws leaves the entry
-            // to failed(), which writes it from this rank's published descriptor
+            // after-wait: the entry after the wait (the in-shadow default measured cheaper, PadSynchronizer.arrive); a
+            // wait that throws leaves the entry to failed(), which writes it from this rank's published descriptor
             rec.arrived(mine, sync.opName());
         }
         if (mine.problem() == Problem.NONE && buffersLargeEnough(mine, mine.bufferBytes(), mine.recvBytes())) {

@@ -106,6 +106,13 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     private static final Logger LOG = LoggerFactory.getLogger(FlightRecorder.class);
     private static final OpDescriptorLayout.Kind[] KINDS = OpDescriptorLayout.Kind.values();
 
+    /**
+     * Whether the arrival stamps the entry's times (always, but under the diagnostic {@code
+     * symmem4j.flight.recorder.probe=line}, which writes the own line and the name word only: what a recorder without
+     * clock stamps would cost; its dumps then hold no entries). Read once per JVM, so C2 folds it.
+     */
+    private static final boolean STAMPS = !"line".equals(Configuration.FLIGHT_RECORDER_PROBE.get());
+
     private final int rank;
     private final int worldSize;
     private final String communicator;
@@ -298,8 +305,10 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         MemorySegment m = storage;
         int shape = d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
         // plain stores (one thread), no helper call between (LONG says why)
-        LONG.set(m, at + BEGUN_BYTE, CoarseClock.millis());
-        LONG.set(m, at + ENDED_BYTE, 0L);
+        if (STAMPS) {
+            LONG.set(m, at + BEGUN_BYTE, CoarseClock.millis());
+            LONG.set(m, at + ENDED_BYTE, 0L);
+        }
         LONG.set(m, at + SHAPE_FAILED_BYTE, shape & SHAPE_MASK | (operation == name0 ? 0L
                 : operation == name1 ? 1L << NAME_SHIFT : nameBits(operation, (int) (s & mask)))); // 2 names inline
     }

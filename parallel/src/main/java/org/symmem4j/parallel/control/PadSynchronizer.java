@@ -247,16 +247,14 @@ public final class PadSynchronizer implements WaitSubject {
      * descriptor, readable with plain loads. This is a barrier: the release store of the epoch
      * publishes everything this rank wrote before arriving (its data too).
      *
-     * <p>With {@code shadowRecorder} (the default placement) this rank's own line is written into the flight
-     * recorder's entry instead of into its own pad, and the entry's other words between the publishing and the
-     * waiting ({@link FlightRecorder#ownLineWritten}); measured on 16 cores that costs less than writing it after the wait (one-shot 1 KiB
-     * on 2 ranks: +45 against +60 ns, bench/results/2026-11-29-recorder-placement-16core.md), which refutes the
-     * account that follows, kept for the record: work there is not free. On x86 instructions retire and stores commit in program order; here the reorder and store
-     * buffers already hold work that waits on other cores (the staged data and the peers' entry lines, which the peers
-     * still share, and in one-shot the previous reduction's stores, whose data came from the peer), so what is added
-     * here queues with it, and once a buffer is full the wait loop's loads, and the reads after them, are not even
-     * issued until it drains. The flight recorder therefore writes its entry after the wait
-     * ({@link ControlPlane#arriveAndCheck}); a failure during the wait records it then ({@link #published}).
+     * <p>With {@code shadowRecorder} (the default placement, {@code symmem4j.flight.recorder.arrival=in-shadow}) this
+     * rank's own line is written into the flight recorder's entry instead of into its own pad, and the entry's other
+     * words between the publishing and the waiting ({@link FlightRecorder#ownLineWritten}): a rank that arrives first
+     * waits anyway, so the work sits in the wait's shadow. It is not free for the last to arrive (its stores queue in
+     * the store buffer behind the ones the peers wait for), but measured cheaper than writing the entry after the wait
+     * ({@code after-wait}, {@link ControlPlane#arriveAndCheck}): one-shot 1 KiB on 2 ranks, +45 against +60 ns on 16
+     * cores ({@code bench/results/2026-11-29-recorder-placement-16core.md}). A failure during the wait records the
+     * entry from what this rank published ({@link #published}).
      *
      * @param descriptor     this rank's arguments of the collective, in the descriptor layout
      * @param shadowRecorder a flight recorder to write the entry into between the publishing and the waiting (the
