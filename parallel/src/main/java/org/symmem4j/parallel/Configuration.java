@@ -291,6 +291,18 @@ public final class Configuration {
             .build(null, "unset: `libnvtx3interop.so.1`, `libnvToolsExt.so.1`, then both in `$CUDA_HOME/lib64`,"
                     + " `$CUDA_HOME/lib`, `/usr/local/cuda/lib64` and `/usr/local/cuda/lib`", String::strip);
 
+    // ---------------------------------------------------------------- memory
+
+    /** {@code symmem4j.max.symmetric.bytes}: caps a process's resident symmetric memory (null: no cap). */
+    public static final Setting<Long> MAX_SYMMETRIC_BYTES = Setting.property("symmem4j.max.symmetric.bytes")
+            .alias("symmem4j.maxSymmetricBytes")
+            .type("bytes")
+            .accepts("a byte count such as `268435456`, `256m` or `1g` (suffixes `k`, `m`, `g`, `t`: powers of 1024)")
+            .describedAs("caps the symmetric memory resident in one process: the DL4J trainers' memory plans (group"
+                    + " mode's gradient view; ZeRO stage 3's parameter and gradient blocks and working set) are checked"
+                    + " against it at `build()`, before anything is allocated (docs/zero-stage-3.md)")
+            .build(null, "unset: no cap", Configuration::byteCount);
+
     // ---------------------------------------------------------------- host collectives
 
     /** {@code symmem4j.reducer}: {@code scalar} forces the scalar host reduction loops (read once per JVM). */
@@ -427,10 +439,10 @@ public final class Configuration {
         if (strict || !source.unknownReported.get()) {
             List<String> unknown = KnownSettings.unknown(source);
             if (!unknown.isEmpty() && strict) {
-                problems.add(KnownSettings.message(unknown));
+                problems.add(KnownSettings.message(unknown, true));
             } else if (!unknown.isEmpty() && source.unknownReported.compareAndSet(false, true)) {
                 // once per source, so once per JVM for SYSTEM: every group created would repeat the same list
-                source.warnings.accept(KnownSettings.message(unknown));
+                source.warnings.accept(KnownSettings.message(unknown, false));
             }
         }
         for (Map.Entry<String, String> removed : REMOVED.entrySet()) {
@@ -516,6 +528,23 @@ public final class Configuration {
             }
             return v;
         };
+    }
+
+    private static long byteCount(String value) {
+        String t = value.strip().toLowerCase(Locale.ROOT);
+        int shift = switch (t.isEmpty() ? ' ' : t.charAt(t.length() - 1)) {
+            case 'k' -> 10;
+            case 'm' -> 20;
+            case 'g' -> 30;
+            case 't' -> 40;
+            default -> 0;
+        };
+        long n = Long.parseLong(shift == 0 ? t : t.substring(0, t.length() - 1));
+        if (n < 0 || n > Long.MAX_VALUE >> shift) {
+            // error-message: a parser's reason, wrapped by Setting.parse, whose message names the fix
+            throw new NumberFormatException("out of range");
+        }
+        return n << shift;
     }
 
     private static int positive(int value) {

@@ -40,8 +40,6 @@ public final class KnownSettings {
     private static final List<Declared> DECLARED = List.of(
             new Declared("SYMMEM4J_WORKER_JVM_FLAGS", "serving (`WorkerJvm`)",
                     "replaces the JVM flags of the router's worker processes (`none`: no flags)"),
-            new Declared("symmem4j.maxSymmetricBytes", "dl4j-symmem-plugin (`ConfigurationStart`)",
-                    "caps a process's resident symmetric memory, checked by the trainers' plans at `build()`"),
             new Declared("symmem4j.ring.headerLineFirst", "state (`PayloadCopy`)",
                     "experiment: whether a ring slot's header line is written before its payload; read once per JVM"),
             new Declared("symmem4j.faultInjection.haltWriting", "dl4j-symmem-plugin (`CheckpointDirectory`)",
@@ -125,12 +123,15 @@ public final class KnownSettings {
      * The one message about {@code unknown} names: each name, then the fix.
      *
      * @param unknown the entries of {@link #unknown()}, not empty
+     * @param refused whether they are refused ({@code symmem4j.settings.unknown=error}) rather than warned about
      * @return the message
      */
-    static String message(List<String> unknown) {
-        return (unknown.size() == 1 ? "unknown setting, ignored: " : unknown.size() + " unknown settings, ignored: ")
-                + String.join(", ", unknown) + " (symmem4j reads no such name; fix: correct each name, or unset it;"
-                + " docs/configuration.md lists every setting; -Dsymmem4j.settings.unknown=error refuses unknown names)";
+    static String message(List<String> unknown, boolean refused) {
+        String what = unknown.size() == 1 ? "unknown setting" : unknown.size() + " unknown settings";
+        return what + (refused ? ": " : ", ignored: ") + String.join(", ", unknown) + " (symmem4j reads no such name;"
+                + " fix: correct each name, or unset it; docs/configuration.md lists every setting; "
+                + (refused ? "-Dsymmem4j.settings.unknown=warn only warns)" : "-Dsymmem4j.settings.unknown=error refuses"
+                        + " unknown names)");
     }
 
     /** {@code " (did you mean X?)"} for the closest known name of the same kind, or "" when none is close. */

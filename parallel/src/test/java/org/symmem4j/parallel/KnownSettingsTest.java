@@ -90,13 +90,14 @@ class KnownSettingsTest {
     void theErrorModeRefusesAnUnknownNameWithTheFix() {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> Configuration.validate(source(
                 Map.of("symmem4j.settings.unknown", "error", "symmem4j.timeout.sm", "5"), Map.of())));
-        assertTrue(e.getMessage().startsWith("unknown setting, ignored: -Dsymmem4j.timeout.sm (did you mean"
-                + " symmem4j.timeout.ms?) (symmem4j reads no such name; fix: correct each name, or unset it"), e.getMessage());
+        assertEquals("unknown setting: -Dsymmem4j.timeout.sm (did you mean symmem4j.timeout.ms?) (symmem4j reads no"
+                + " such name; fix: correct each name, or unset it; docs/configuration.md lists every setting;"
+                + " -Dsymmem4j.settings.unknown=warn only warns)", e.getMessage());
         assertEquals(List.of(), warnings, "an error, not also a warning");
         // with a bad value besides, both are in the one refusal
         e = assertThrows(IllegalArgumentException.class, () -> Configuration.validate(source(
                 Map.of("symmem4j.settings.unknown", "error", "symmem4j.cuda.pdl", "on"), Map.of("SYMMEM4J_PDL", "1"))));
-        assertTrue(e.getMessage().startsWith("2 invalid settings: unknown setting, ignored: SYMMEM4J_PDL"), e.getMessage());
+        assertTrue(e.getMessage().startsWith("2 invalid settings: unknown setting: SYMMEM4J_PDL"), e.getMessage());
         assertTrue(e.getMessage().contains("-Dsymmem4j.cuda.pdl=on"), e.getMessage());
         // a bad mode is refused as any bad value, and the unknown name is still warned about
         e = assertThrows(IllegalArgumentException.class, () -> Configuration.validate(source(
