@@ -15,6 +15,7 @@ import org.symmem4j.gradsync.ThresholdTable;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.BuildInfo;
 import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.KnownSettings;
 import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.Nccl;
@@ -32,7 +33,7 @@ import picocli.CommandLine.ParameterException;
 /**
  * {@code symmem4j-doctor}: what symmem4j will choose on this machine, and how fast it is here. Prints,
  * in sections that start with {@code == }: the build; the JVM and the flags symmem4j needs (present or
- * missing, with the fix); cores, NUMA nodes and {@code /dev/shm}; which native libraries load (CUDA
+ * missing, with the fix), and the {@code symmem4j.*} / {@code SYMMEM4J_*} names set that symmem4j does not know; cores, NUMA nodes and {@code /dev/shm}; which native libraries load (CUDA
  * driver, NCCL, NVSHMEM, Open MPI); the GPUs, their peer access and links ({@link DoctorGpu#describe});
  * every host transport's capabilities; the threshold table's algorithm per message size; a short all-reduce
  * benchmark on threads (every candidate algorithm per size, median microseconds, with the table's choice beside
@@ -167,6 +168,10 @@ public final class Doctor implements Callable<Integer> {
                 "without it host reductions fall back to scalar loops");
         flag("--sun-misc-unsafe-memory-access=allow", args.contains("--sun-misc-unsafe-memory-access=allow"),
                 "needed only with DL4J (JavaCPP uses sun.misc.Unsafe)");
+        List<String> unknown = KnownSettings.unknown();
+        out.println("settings: " + (unknown.isEmpty() ? "no unknown symmem4j.* property or SYMMEM4J_* variable"
+                : "UNKNOWN " + String.join(", ", unknown) + " (symmem4j reads no such name; fix: correct each name, or"
+                        + " unset it; docs/configuration.md lists every setting)"));
     }
 
     private void flag(String flag, boolean present, String why) {

@@ -48,6 +48,11 @@ class DoctorTest {
         }
         expected.add("not");
         assertEquals(expected, names, r.out());
+        // the jvm section names the unknown symmem4j.* / SYMMEM4J_* names set (this JVM's are the build's, all known)
+        List<String> settings = r.out().lines().filter(l -> l.startsWith("settings: ")).toList();
+        assertEquals(1, settings.size(), r.out());
+        assertTrue(settings.getFirst().equals("settings: no unknown symmem4j.* property or SYMMEM4J_* variable")
+                || settings.getFirst().startsWith("settings: UNKNOWN "), settings::toString);
         // Open MPI's anchor: a row per size with both times when mpirun runs here (CI installs it), else the reason
         int mpiHeader = r.out().lines().toList().indexOf(r.out().lines().filter(l -> l.startsWith("== host all-reduce against Open MPI"))
                 .findFirst().orElseThrow());

@@ -5,6 +5,7 @@ import org.bytedeco.javacpp.Pointer;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.memory.ReservedMemory;
 
 /**
@@ -89,13 +90,14 @@ final class ConfigurationStart {
     /** The caps the process runs under, as a plan checks them. */
     record Caps(long nd4jAvailable, String nd4jSource, long symmetric, String symmetricSource) {
 
-        /** The system property that caps a process's resident symmetric memory (bytes; k, m, g suffixes). */
-        static final String SYMMETRIC_PROPERTY = "symmem4j.maxSymmetricBytes";
+        /** The system property that caps a process's resident symmetric memory ({@link Configuration#MAX_SYMMETRIC_BYTES}). */
+        static final String SYMMETRIC_PROPERTY = Configuration.MAX_SYMMETRIC_BYTES.property();
 
         /**
-         * JavaCPP's {@code maxBytes} less what ND4J holds already, and {@value #SYMMETRIC_PROPERTY} (unbounded when unset).
+         * JavaCPP's {@code maxBytes} less what ND4J holds already, and {@link Configuration#MAX_SYMMETRIC_BYTES}
+         * (unbounded when unset).
          *
-         * @throws IllegalArgumentException when the property is not a size
+         * @throws IllegalArgumentException when the symmetric cap is not a byte count
          */
         static Caps ofThisProcess() {
             // only when the user set it: JavaCPP's default (the heap's size) is no statement about ND4J's arrays, which
@@ -104,31 +106,10 @@ final class ConfigurationStart {
                     || System.getProperty("org.bytedeco.javacpp.maxBytes") != null;
             long max = set ? Pointer.maxBytes() : 0;
             long nd4j = max <= 0 ? Long.MAX_VALUE : Math.max(0, max - Pointer.totalBytes());
-            String s = System.getProperty(SYMMETRIC_PROPERTY);
-            long symmetric = s == null || s.isBlank() ? Long.MAX_VALUE : parseSize(s.trim());
+            Long cap = Configuration.MAX_SYMMETRIC_BYTES.get();
             return new Caps(nd4j, set ? "-Dorg.bytedeco.javacpp.maxbytes=" + max + " less " + Pointer.totalBytes()
-                    + " JavaCPP counts as held now" : "-Dorg.bytedeco.javacpp.maxbytes unset", symmetric, "-D" + SYMMETRIC_PROPERTY + "=" + (s == null ? "unset" : s));
-        }
-
-        static long parseSize(String s) {
-            String t = s.toLowerCase(java.util.Locale.ROOT);
-            long unit = 1;
-            char last = t.isEmpty() ? ' ' : t.charAt(t.length() - 1);
-            if (last == 'k' || last == 'm' || last == 'g' || last == 't') {
-                unit = last == 'k' ? 1L << 10 : last == 'm' ? 1L << 20 : last == 'g' ? 1L << 30 : 1L << 40;
-                t = t.substring(0, t.length() - 1);
-            }
-            try {
-                long v = Long.parseLong(t);
-                if (v < 0) {
-                    // error-message: caught just below and rethrown as the refusal with its fix
-                    throw new NumberFormatException("negative");
-                }
-                return Math.multiplyExact(v, unit);
-            } catch (NumberFormatException | ArithmeticException e) {
-                throw new IllegalArgumentException("-D" + SYMMETRIC_PROPERTY + "=" + s + ": expected a byte count such as"
-                        + " 268435456, 256m or 1g (fix: a non-negative size, or leave it unset for no cap)", e);
-            }
+                    + " JavaCPP counts as held now" : "-Dorg.bytedeco.javacpp.maxbytes unset",
+                    cap == null ? Long.MAX_VALUE : cap, SYMMETRIC_PROPERTY + (cap == null ? " unset" : "=" + cap));
         }
     }
 }

@@ -164,7 +164,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     /**
      * Starts a builder from a configuration, for a model that a worker may not be able to hold whole. At
      * {@code build()} the model state each process would hold for the chosen stage is planned from {@code conf} and
-     * checked against the caps ({@code -Dorg.bytedeco.javacpp.maxbytes}, {@code -Dsymmem4j.maxSymmetricBytes}) before
+     * checked against the caps ({@code -Dorg.bytedeco.javacpp.maxbytes}, {@code -Dsymmem4j.max.symmetric.bytes}) before
      * anything is allocated, a model that does not fit refused with the fix. With {@code sharding(PARAMETERS)} no
      * process builds it whole: each worker initialises its shard layer by layer, bitwise equal to
      * {@code new MultiLayerNetwork(conf).init()}, and {@link #gatherParameters()} gathers it on request; other stages

@@ -18,12 +18,12 @@ import picocli.CommandLine.Option;
  * cap, no process ever holding the whole model. Run one JVM per worker under the launcher, each capped:
  *
  * <pre>
- *   bin/symmem4j-run -n 2 --java -Dorg.bytedeco.javacpp.maxbytes=16m -Dsymmem4j.maxSymmetricBytes=16m \
+ *   bin/symmem4j-run -n 2 --java -Dorg.bytedeco.javacpp.maxbytes=16m -Dsymmem4j.max.symmetric.bytes=16m \
  *       -cp ... org.symmem4j.examples.MemoryCapExample --sharding none         # refused, exit code 2
  *   ... org.symmem4j.examples.MemoryCapExample --sharding PARAMETERS           # trains
  * </pre>
  * {@code -Dorg.bytedeco.javacpp.maxbytes} caps the model state in ND4J's arrays (parameters, gradient view and updater
- * state of the model and the replica; stage 3: the updater shard), {@code -Dsymmem4j.maxSymmetricBytes} the resident
+ * state of the model and the replica; stage 3: the updater shard), {@code -Dsymmem4j.max.symmetric.bytes} the resident
  * symmetric memory (group mode's gradient view; stage 3: the parameter and gradient blocks and the two layers
  * gathered at a time). Each rank prints what its worker holds after training, measured.
  */

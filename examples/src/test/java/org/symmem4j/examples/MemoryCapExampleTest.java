@@ -16,7 +16,7 @@ import org.symmem4j.launch.Launcher;
  * 1.1 M parameters, 4.5 MB; with Adam and the wrapper's model about 32 MB of ND4J arrays per process) does not fit
  * {@code -Dorg.bytedeco.javacpp.maxbytes=16m}: plain data parallelism is refused on the ranks before training, with
  * what it needs, what the cap leaves and the fix; ZeRO stage 3 started from the configuration trains under the same
- * caps (and {@code -Dsymmem4j.maxSymmetricBytes=16m}), and each worker holds about half the parameters and gradient
+ * caps (and {@code -Dsymmem4j.max.symmetric.bytes=16m}), and each worker holds about half the parameters and gradient
  * after training, measured.
  */
 class MemoryCapExampleTest {
@@ -31,7 +31,7 @@ class MemoryCapExampleTest {
                 // the caps: ND4J's arrays, and resident symmetric memory; JavaCPP's own check of the process's whole
                 // resident set (heap, code, libraries) is off: it is not model state
                 "-Dorg.bytedeco.javacpp.maxbytes=16m", "-Dorg.bytedeco.javacpp.maxphysicalbytes=0",
-                "-Dsymmem4j.maxSymmetricBytes=16m"));
+                "-Dsymmem4j.max.symmetric.bytes=16m"));
         args.addAll(List.of(MemoryCapExample.class.getName(), "--sharding", sharding, "--hidden", "1024", "--steps", "3"));
         return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
     }

@@ -103,6 +103,6 @@ public enum Algorithm {
         }
         throw new IllegalArgumentException("algorithm=" + name + ": expected one of"
                 + " " + java.util.Arrays.toString(values())
-                    + " (fix: use one of those names, e.g. -Dsymmem4j.algorithm=RING)");
+                    + " (fix: use one of those names, e.g. RING)");
     }
 }

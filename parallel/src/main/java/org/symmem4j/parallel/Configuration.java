@@ -11,8 +11,10 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.Consumer;
 import java.util.function.Function;
+import java.util.function.Supplier;
 import org.slf4j.LoggerFactory;
 
 /**
@@ -35,6 +37,12 @@ import org.slf4j.LoggerFactory;
  * ({@code invalid setting: -Dsymmem4j.timeout.ms=abc expected=a positive whole number of milliseconds ...}),
  * at the first read, and at the latest when a group is created ({@link #validate()}, called by the groups'
  * factories), never silently ignored.
+ *
+ * <p><b>Unknown names warn.</b> A {@code symmem4j.*} system property or {@code SYMMEM4J_*} environment variable that
+ * symmem4j does not know ({@link KnownSettings}: a misspelt name, one of another version) is named, with the closest
+ * known name, in one warning per JVM when the first group is created; {@link #UNKNOWN_SETTINGS} {@code =error}
+ * refuses it instead. A warning by default: a job's scripts may carry settings of a newer or older version, which
+ * must not stop it.
  *
  * <p><b>Experimental</b> settings ({@link Setting#experimental()}) exist to reproduce a problem, to compare an
  * alternative or to tune; their names and meanings may change without notice.
@@ -153,6 +161,21 @@ public final class Configuration {
                     + " count as one machine")
             .build(null, "unset", value -> positive(Integer.parseInt(value.strip())));
 
+    // ---------------------------------------------------------------- names set that no setting has
+
+    /**
+     * {@code symmem4j.settings.unknown}: what a {@code symmem4j.*} property or {@code SYMMEM4J_*} variable that
+     * symmem4j does not know ({@link KnownSettings}) does at validation: a warning once per JVM, or an error.
+     */
+    public static final Setting<String> UNKNOWN_SETTINGS = Setting.property("symmem4j.settings.unknown")
+            .type("choice")
+            .accepts("`warn`, `error`")
+            .describedAs("what a `symmem4j.*` system property or `SYMMEM4J_*` environment variable that symmem4j does"
+                    + " not know (a misspelt name, or one of another version) does when a group is created: `warn` logs one"
+                    + " warning per JVM naming each such name and the closest known one; `error` refuses to create the"
+                    + " group, as a bad value does")
+            .build("warn", "`warn`", choice("warn", "error"));
+
     // ---------------------------------------------------------------- CPU affinity
 
     /** {@code symmem4j.affinity}: whether and how rank threads and worker processes are pinned, one CPU each. */
@@ -269,6 +292,18 @@ public final class Configuration {
                     + " `Nvtx.describe()` says what loaded or why not; read once per JVM")
             .build(null, "unset: `libnvtx3interop.so.1`, `libnvToolsExt.so.1`, then both in `$CUDA_HOME/lib64`,"
                     + " `$CUDA_HOME/lib`, `/usr/local/cuda/lib64` and `/usr/local/cuda/lib`", String::strip);
+
+    // ---------------------------------------------------------------- memory
+
+    /** {@code symmem4j.max.symmetric.bytes}: caps a process's resident symmetric memory (null: no cap). */
+    public static final Setting<Long> MAX_SYMMETRIC_BYTES = Setting.property("symmem4j.max.symmetric.bytes")
+            .alias("symmem4j.maxSymmetricBytes")
+            .type("bytes")
+            .accepts("a byte count such as `268435456`, `256m` or `1g` (suffixes `k`, `m`, `g`, `t`: powers of 1024)")
+            .describedAs("caps the symmetric memory resident in one process: the DL4J trainers' memory plans (group"
+                    + " mode's gradient view; ZeRO stage 3's parameter and gradient blocks and working set) are checked"
+                    + " against it at `build()`, before anything is allocated (docs/zero-stage-3.md)")
+            .build(null, "unset: no cap", Configuration::byteCount);
 
     // ---------------------------------------------------------------- host collectives
 
@@ -402,6 +437,16 @@ public final class Configuration {
 
     static void validate(Source source) {
         List<String> problems = new ArrayList<>();
+        boolean strict = "error".equals(orDefault(UNKNOWN_SETTINGS, source)); // a bad value is reported below
+        if (strict || !source.unknownReported.get()) {
+            List<String> unknown = KnownSettings.unknown(source);
+            if (!unknown.isEmpty() && strict) {
+                problems.add(KnownSettings.message(unknown, true));
+            } else if (!unknown.isEmpty() && source.unknownReported.compareAndSet(false, true)) {
+                // once per source, so once per JVM for SYSTEM: every group created would repeat the same list
+                source.warnings.accept(KnownSettings.message(unknown, false));
+            }
+        }
         for (Map.Entry<String, String> removed : REMOVED.entrySet()) {
             String property = removed.getKey();
             String env = property.toUpperCase(Locale.ROOT).replace('.', '_');
@@ -426,6 +471,19 @@ public final class Configuration {
             throw new IllegalArgumentException(problems.size() + " invalid settings: " + String.join("; ", problems)
                     + " (fix: correct or unset each of them, as its message says)");
         }
+    }
+
+    private static <T> T orDefault(Setting<T> setting, Source source) {
+        try {
+            return setting.get(source);
+        } catch (IllegalArgumentException e) {
+            return setting.defaultValue();
+        }
+    }
+
+    /** {@return the properties of settings that no longer exist (set, each is refused by {@link #validate()})} */
+    static Set<String> removedNames() {
+        return REMOVED.keySet();
     }
 
     /**
@@ -474,6 +532,23 @@ public final class Configuration {
         };
     }
 
+    private static long byteCount(String value) {
+        String t = value.strip().toLowerCase(Locale.ROOT);
+        int shift = switch (t.isEmpty() ? ' ' : t.charAt(t.length() - 1)) {
+            case 'k' -> 10;
+            case 'm' -> 20;
+            case 'g' -> 30;
+            case 't' -> 40;
+            default -> 0;
+        };
+        long n = Long.parseLong(shift == 0 ? t : t.substring(0, t.length() - 1));
+        if (n < 0 || n > Long.MAX_VALUE >> shift) {
+            // error-message: a parser's reason, wrapped by Setting.parse, whose message names the fix
+            throw new NumberFormatException("out of range");
+        }
+        return n << shift;
+    }
+
     private static int positive(int value) {
         if (value < 1) {
             // error-message: a parser's reason, wrapped by Setting.parse, whose message names the fix
@@ -488,26 +563,60 @@ public final class Configuration {
      */
     public static final class Source {
 
-        /** The JVM's system properties and the process environment; warnings to the log, once per alias per JVM. */
+        /**
+         * The JVM's system properties and the process environment; warnings to the log, once per alias per JVM and
+         * once per JVM for the unknown names.
+         */
         public static final Source SYSTEM = new Source(System::getProperty, System::getenv,
-                message -> LoggerFactory.getLogger(Configuration.class).warn(message));
+                message -> LoggerFactory.getLogger(Configuration.class).warn(message),
+                () -> System.getProperties().stringPropertyNames(), () -> System.getenv().keySet());
 
         private final Function<String, String> properties;
         private final Function<String, String> environment;
         private final Consumer<String> warnings;
+        private final Supplier<Set<String>> propertyNames;
+        private final Supplier<Set<String>> environmentNames;
         private final Set<String> warned = ConcurrentHashMap.newKeySet();
+        /** Whether the unknown names were reported: {@link #validate()} warns once per source. */
+        private final AtomicBoolean unknownReported = new AtomicBoolean();
 
         /**
-         * A source of settings.
+         * A source of settings whose names cannot be listed, so no name in it is reported as unknown.
          *
          * @param properties  a property by name, null when unset
          * @param environment an environment variable by name, null when unset
          * @param warnings    receives each deprecation warning, once per alias and source
          */
         public Source(Function<String, String> properties, Function<String, String> environment, Consumer<String> warnings) {
+            this(properties, environment, warnings, Set::of, Set::of);
+        }
+
+        /**
+         * A source of settings whose names can be listed, so that {@link Configuration#validate()} reports the
+         * {@code symmem4j.*} and {@code SYMMEM4J_*} names symmem4j does not know ({@link KnownSettings}).
+         *
+         * @param properties       a property by name, null when unset
+         * @param environment      an environment variable by name, null when unset
+         * @param warnings         receives each deprecation warning, once per alias and source, and the unknown names,
+         *                         once per source
+         * @param propertyNames    the names of the properties set
+         * @param environmentNames the names of the environment variables set
+         */
+        public Source(Function<String, String> properties, Function<String, String> environment, Consumer<String> warnings,
+                Supplier<Set<String>> propertyNames, Supplier<Set<String>> environmentNames) {
             this.properties = Objects.requireNonNull(properties, "properties");
             this.environment = Objects.requireNonNull(environment, "environment");
             this.warnings = Objects.requireNonNull(warnings, "warnings");
+            this.propertyNames = Objects.requireNonNull(propertyNames, "propertyNames");
+            this.environmentNames = Objects.requireNonNull(environmentNames, "environmentNames");
+        }
+
+        Set<String> propertyNames() {
+            return propertyNames.get();
+        }
+
+        Set<String> environmentNames() {
+            return environmentNames.get();
         }
 
         /**
@@ -519,7 +628,7 @@ public final class Configuration {
          */
         public static Source environment(Map<String, String> env) {
             Objects.requireNonNull(env, "env");
-            return new Source(name -> null, env::get, SYSTEM.warnings);
+            return new Source(name -> null, env::get, SYSTEM.warnings, Set::of, env::keySet);
         }
     }
 

@@ -7,7 +7,7 @@ import java.nio.file.Path;
 
 /**
  * Writes {@code docs/configuration.md}, the configuration reference, from {@link Configuration}: one row per
- * setting, then the deprecated names. {@link ConfigurationDocsTest} fails when the file differs from what this
+ * setting, then the deprecated names, then the other names symmem4j knows ({@link KnownSettings}). {@link ConfigurationDocsTest} fails when the file differs from what this
  * writes; {@link #REGENERATE} is the command that rewrites it.
  */
 public final class ConfigurationDocs {
@@ -60,7 +60,17 @@ public final class ConfigurationDocs {
         md.append("- **Experimental** settings exist to reproduce a problem, compare an alternative or tune; their"
                 + " names and meanings may change without notice.\n");
         md.append("- Names are dotted lowercase. The camelCase names of earlier versions still work as deprecated"
-                + " aliases (see the end); each logs a warning once per JVM.\n\n");
+                + " aliases (see the end); each logs a warning once per JVM.\n");
+        md.append("- An **unknown name** (a `symmem4j.*` system property or `SYMMEM4J_*` environment variable that is"
+                + " none of these settings nor of the [other names](#other-names) below, e.g. a misspelt one) is"
+                + " reported when the first group is created, in **one warning per JVM** that names each unknown name"
+                + " (never its value) and the closest known name: `unknown setting, ignored:"
+                + " -Dsymmem4j.flight.recorder.entires (did you mean symmem4j.flight.recorder.entries?) (symmem4j"
+                + " reads no such name; fix: correct each name, or unset it; ...)`. A warning, not an error, by default:"
+                + " a job's scripts may carry a setting of a newer or older version, which must not stop the job;"
+                + " `symmem4j.settings.unknown=error` refuses it instead, for those who want every name checked."
+                + " `symmem4j-run doctor` lists the unknown names too. A removed setting is refused with what replaced"
+                + " it.\n\n");
         md.append("The environment's own contract (torchrun's `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ..., Open MPI's"
                 + " `OMPI_COMM_WORLD_*`, CUDA's and NVSHMEM's variables) is on the [Environment](environment.md)"
                 + " page; the variables read only by the build, the tests and the scripts are in"
@@ -84,6 +94,17 @@ public final class ConfigurationDocs {
             for (String alias : s.aliases()) {
                 md.append("| `").append(alias).append("` | `").append(s.property()).append("` |\n");
             }
+        }
+        md.append("\n## Other names\n\n");
+        md.append("Read outside `Configuration`, by the modules above it, the tests, the build or the scripts"
+                + " (`KnownSettings.declared()`): never reported as unknown. Every name under "
+                + String.join(", ", KnownSettings.RESERVED_PREFIXES.stream().map(p -> "`" + p + "`").toList())
+                + " belongs to the tests and benchmarks ([The build's environment](dev/environment.md)) and is never"
+                + " reported either.\n\n");
+        md.append("| name | read by | what it does |\n|---|---|---|\n");
+        for (KnownSettings.Declared d : KnownSettings.declared()) {
+            md.append("| `").append(d.name()).append("` | ").append(cell(d.readBy())).append(" | ")
+                    .append(cell(d.description())).append(" |\n");
         }
         return md.toString();
     }

@@ -107,6 +107,24 @@ class ConfigurationTest {
     }
 
     @Test
+    void theSymmetricMemoryCapIsAByteCountWithSuffixes() {
+        assertNull(Configuration.MAX_SYMMETRIC_BYTES.get(source(Map.of(), Map.of())), "unset: no cap");
+        assertEquals(16L << 20, Configuration.MAX_SYMMETRIC_BYTES.get(source(Map.of("symmem4j.max.symmetric.bytes", "16m"),
+                Map.of())));
+        assertEquals(268435456L, Configuration.MAX_SYMMETRIC_BYTES.get(source(Map.of(),
+                Map.of("SYMMEM4J_MAX_SYMMETRIC_BYTES", "268435456"))));
+        assertEquals(1L << 30, Configuration.MAX_SYMMETRIC_BYTES.get(source(Map.of("symmem4j.maxSymmetricBytes", "1G"),
+                Map.of())), "the old camelCase name still works");
+        assertEquals(1, warnings.size(), warnings::toString);
+        for (String bad : List.of("lots", "-1", "9000000t", "m")) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> Configuration
+                    .MAX_SYMMETRIC_BYTES.get(source(Map.of("symmem4j.max.symmetric.bytes", bad), Map.of())));
+            assertTrue(e.getMessage().startsWith("invalid setting: -Dsymmem4j.max.symmetric.bytes=" + bad
+                    + " expected=a byte count such as"), e.getMessage());
+        }
+    }
+
+    @Test
     void theEnvironmentVariableMirrorsTheProperty() {
         Configuration.Source env = source(Map.of(), Map.of("SYMMEM4J_TIMEOUT_MS", "1500", "SYMMEM4J_CUDA_PDL", "false",
                 "SYMMEM4J_SHM_DIR", "/var/tmp/shm", "SYMMEM4J_TP_CHUNK_ROWS", "512"));

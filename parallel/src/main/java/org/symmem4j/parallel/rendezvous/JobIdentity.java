@@ -26,7 +26,7 @@ public record JobIdentity(String runId, long generation, int worldSize) {
         checkRunId(runId);
         if (generation < 0) {
             throw new IllegalArgumentException("generation=" + generation + " must be >= 0 (fix: let the"
-                    + " launcher set SYMMEM4J_GENERATION, or unset it)");
+                    + " launcher set SYMMEM4J_RESTART_GENERATION, or unset it)");
         }
         if (worldSize < 1) {
             throw new IllegalArgumentException("worldSize=" + worldSize + " must be >= 1 (fix: let the launcher"
