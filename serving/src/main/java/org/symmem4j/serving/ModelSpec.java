@@ -76,7 +76,8 @@ public final class ModelSpec {
     /**
      * A multi-layer network run by the host path: {@link HostNetwork}, the forward pass in Java (the Vector API) over
      * the version's shared parameters, read in place, instead of DL4J's forward. For networks of 2-D convolutions,
-     * max and average pooling, dense and output layers (the LeNet-like CNN of the serving benchmark runs 7-11 times
+     * max and average pooling, dense and output layers, batch normalization, dropout, activation and global pooling
+     * layers (the LeNet-like CNN of the serving benchmark runs 7-11 times
      * faster per example than DL4J's forward on one thread: {@code bench/results/2026-11-30-host-inference-2core-loaded.md}).
      * Its answers agree with DL4J's to float rounding, not bitwise ({@code HostNetworkTest}: within 1e-4 relative,
      * measured 9e-8). Worker threads and worker processes both run it; a JVM without C2 (started with

@@ -21,9 +21,12 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Supported: {@code ConvolutionLayer} (2-D NCHW, any kernel, stride and padding, Truncate or Same, bias on or off,
  * dilation 1), {@code SubsamplingLayer} MAX and AVG (Truncate or Same, dilation 1), {@code DenseLayer} (no layer
- * norm), {@code OutputLayer} (its activation; the loss is ignored), activations identity, ReLU, tanh, sigmoid and
- * (on flat layers) softmax, and the {@code CnnToFeedForwardPreProcessor} / {@code FeedForwardToCnnPreProcessor} that
- * {@code setInputType} adds. Anything else is refused by {@link #of} before anything is built, with an error naming
+ * norm), {@code OutputLayer} (its activation; the loss is ignored), {@code BatchNormalization} (per feature or per
+ * NCHW channel, with its global mean and variance, {@code lockGammaBeta} and {@code useLogStd} either way),
+ * {@code DropoutLayer} and any layer's dropout (the identity at inference), {@code ActivationLayer},
+ * {@code GlobalPoolingLayer} MAX, AVG and SUM over an NCHW input (collapsing its dimensions or not), activations
+ * identity, ReLU, tanh, sigmoid and (on flat layers) softmax, and the {@code CnnToFeedForwardPreProcessor} /
+ * {@code FeedForwardToCnnPreProcessor} that {@code setInputType} adds; no weight noise. Anything else is refused by {@link #of} before anything is built, with an error naming
  * the layer, its type or setting, and the fix (serve it through DL4J's forward, {@code ModelSpec.of}).
  *
  * <p>Scratch: two activation buffers sized for the largest batch seen so far (grown, never shrunk), plus one
@@ -34,6 +37,7 @@ public final class HostNetwork {
     private final NetworkPlan plan;
     private final List<HostLayer> layers;
     private final int inSize;
+    private final int outSize;
     private final int maxSize;
     private float[] ping = new float[0];
     private float[] pong = new float[0];
@@ -41,8 +45,10 @@ public final class HostNetwork {
     private HostNetwork(NetworkPlan plan, MemorySegment params) {
         this.plan = plan;
         this.layers = plan.steps().stream().map(s -> s.over(params)).toList();
-        this.inSize = layers.getFirst().inSize();
-        this.maxSize = layers.stream().mapToInt(l -> Math.max(l.inSize(), l.outSize())).max().orElseThrow();
+        // from the shapes, not the first and last steps: layers that are the identity at inference add no step
+        this.inSize = Math.toIntExact(Arrays.stream(plan.exampleShape()).reduce(1, Math::multiplyExact));
+        this.outSize = Math.toIntExact(Arrays.stream(plan.outputShape()).reduce(1, Math::multiplyExact));
+        this.maxSize = layers.stream().mapToInt(l -> Math.max(l.inSize(), l.outSize())).reduce(inSize, Math::max);
     }
 
     /**
@@ -170,7 +176,7 @@ public final class HostNetwork {
         long[] shape = new long[plan.outputShape().length + 1];
         shape[0] = rows;
         System.arraycopy(plan.outputShape(), 0, shape, 1, plan.outputShape().length);
-        return Nd4j.create(Arrays.copyOf(in, rows * layers.getLast().outSize()), shape, 'c');
+        return Nd4j.create(Arrays.copyOf(in, rows * outSize), shape, 'c');
     }
 
     private void ensure(int rows) {
