@@ -3,6 +3,7 @@ package org.symmem4j.serving.host;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.lang.management.ManagementFactory;
+import java.time.Duration;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
@@ -166,6 +167,58 @@ public final class HostNetwork {
         int rows = (int) s[0];
         ensure(rows);
         read(features, ping, rows * inSize);
+        float[] in = forward(rows);
+        long[] shape = new long[plan.outputShape().length + 1];
+        shape[0] = rows;
+        System.arraycopy(plan.outputShape(), 0, shape, 1, plan.outputShape().length);
+        return Nd4j.create(Arrays.copyOf(in, rows * outSize), shape, 'c');
+    }
+
+    /**
+     * Forward passes a warm-up runs at most. C2 compiles a loop once its back-edge counter passes
+     * {@code -XX:Tier4BackEdgeThreshold} (40,000 by default; on-stack replacement first, the whole method later): a
+     * pass runs each inner loop hundreds to thousands of times, so a few dozen passes reach it; 200 leaves room for
+     * the per-layer methods, called once a pass, and the time budget ends the warm-up first on a large network.
+     */
+    public static final int WARM_UP_PASSES = 200;
+
+    /**
+     * Runs the forward pass on zeros, of one row and, every fourth pass, of {@code maxRows} rows (the smallest and
+     * largest batches a router forms: their loops take different paths), until {@link #WARM_UP_PASSES} passes ran or {@code budget}
+     * is spent, whichever comes first; then the scratch holds {@code maxRows} rows. The JIT compiles the host path's
+     * loops during these passes instead of during the first requests. It changes nothing that later answers depend
+     * on: the parameters are only read, and the scratch is overwritten by every pass.
+     *
+     * @param maxRows the largest batch this network will be given, at least 1
+     * @param budget  the longest the warm-up runs (one pass may end past it)
+     * @return the passes run
+     * @throws IllegalArgumentException when {@code maxRows} is below 1 or too large for one batch, or the budget is
+     *                                  negative
+     */
+    public int warmUp(int maxRows, Duration budget) {
+        Objects.requireNonNull(budget, "budget");
+        if (maxRows < 1 || maxRows > Integer.MAX_VALUE / maxSize || budget.isNegative()) {
+            throw new IllegalArgumentException("host network warm-up maxRows=" + maxRows + " budget=" + budget
+                    + " expected maxRows in [1, " + Integer.MAX_VALUE / maxSize + "] and a budget >= 0 (fix: pass"
+                    + " the router's maxBatch and a short budget, e.g. 200 ms)");
+        }
+        long deadline = System.nanoTime() + budget.toNanos();
+        ensure(maxRows);
+        int passes = 0;
+        while (passes < WARM_UP_PASSES && System.nanoTime() - deadline < 0) {
+            // mostly one row: the loops' counters grow with the work, and one row is the least work per pass (a
+            // cold pass of 32 CNN rows takes over a second interpreted); every fourth pass the largest batch, whose
+            // blocked paths (four rows at a time) one row never takes
+            int rows = passes % 4 == 3 ? maxRows : 1;
+            Arrays.fill(ping, 0, rows * inSize, 0f);
+            forward(rows);
+            passes++;
+        }
+        return passes;
+    }
+
+    /** Runs the layers over the {@code rows} examples in {@link #ping}; {@return the buffer holding the output} */
+    private float[] forward(int rows) {
         float[] in = ping, out = pong;
         for (HostLayer layer : layers) {
             layer.forward(in, out, rows);
@@ -173,10 +226,7 @@ public final class HostNetwork {
             in = out;
             out = t;
         }
-        long[] shape = new long[plan.outputShape().length + 1];
-        shape[0] = rows;
-        System.arraycopy(plan.outputShape(), 0, shape, 1, plan.outputShape().length);
-        return Nd4j.create(Arrays.copyOf(in, rows * outSize), shape, 'c');
+        return in;
     }
 
     private void ensure(int rows) {
