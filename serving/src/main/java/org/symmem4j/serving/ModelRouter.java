@@ -2,6 +2,7 @@ package org.symmem4j.serving;
 
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -112,6 +113,8 @@ public final class ModelRouter implements AutoCloseable {
     private final BatchRunner batches;
     private final long maxWaitNanos;
     private final AtomicInteger freedVersions = new AtomicInteger();
+    /** The host-path configurations (kind, example shape, JSON) this router warmed up; one entry per network served. */
+    private final Set<String> warmedConfigs = ConcurrentHashMap.newKeySet();
     private static final Object STOP = new Object();
     private volatile boolean closed;
 
@@ -150,7 +153,9 @@ public final class ModelRouter implements AutoCloseable {
 
     /**
      * Publishes a new version of {@code model} (its first, or the next) and makes it current; the version that was
-     * current is kept for {@link #rollback}, the one kept before is retired (freed once its last reader leaves).
+     * current is kept for {@link #rollback}, the one kept before is retired (freed once its last reader leaves). A
+     * {@link ModelSpec#ofHostPath} spec is first warmed up on this thread (bounded, a few hundred milliseconds, once per
+     * configuration in a router with worker threads), so that its first requests do not wait for the JIT.
      *
      * @param model  the model's name ({@code [A-Za-z0-9._-]+})
      * @param spec   how to build the network and the shape of one example
@@ -174,6 +179,7 @@ public final class ModelRouter implements AutoCloseable {
                     + " MultiLayerConfiguration or ComputationGraphConfiguration spec, or serve custom networks from a"
                     + " router with worker threads)");
         }
+        warmUp(model, spec, params);
         while (true) {
             ServedModel m = models.computeIfAbsent(model, this::startModel);
             synchronized (m) {
@@ -182,6 +188,22 @@ public final class ModelRouter implements AutoCloseable {
                 }
                 return deploy(m, spec, params);
             }
+        }
+    }
+
+    /**
+     * Runs a host-path spec's warm-up ({@link ModelSpec#warmUp}) once per configuration and example shape in this
+     * router, on the deploying thread, before the version is published: its first requests then find the loops
+     * compiled or queued for compiling. Outside the model's monitor, so a redeploy does not hold up the batches of the
+     * version being replaced. Worker processes are other JVMs, which this JVM's JIT does not warm: skipped there.
+     */
+    private void warmUp(String model, ModelSpec spec, INDArray params) {
+        if (batches.inProcesses()) {
+            return;
+        }
+        String key = spec.kind() + " " + Arrays.toString(spec.exampleShape()) + " " + spec.configJson();
+        if (!warmedConfigs.contains(key) && spec.warmUp(model, params, options.maxBatch()) > 0) {
+            warmedConfigs.add(key); // a later version of the same network (a hot swap) runs the same compiled loops
         }
     }
 

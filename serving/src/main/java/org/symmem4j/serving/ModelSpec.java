@@ -1,6 +1,8 @@
 package org.symmem4j.serving;
 
 import java.lang.foreign.MemorySegment;
+import java.lang.ref.Reference;
+import java.time.Duration;
 import java.util.Arrays;
 import java.util.Objects;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -76,7 +78,8 @@ public final class ModelSpec {
     /**
      * A multi-layer network run by the host path: {@link HostNetwork}, the forward pass in Java (the Vector API) over
      * the version's shared parameters, read in place, instead of DL4J's forward. For networks of 2-D convolutions,
-     * max and average pooling, dense and output layers (the LeNet-like CNN of the serving benchmark runs 7-11 times
+     * max and average pooling, dense and output layers, batch normalization, dropout, activation and global pooling
+     * layers (the LeNet-like CNN of the serving benchmark runs 7-11 times
      * faster per example than DL4J's forward on one thread: {@code bench/results/2026-11-30-host-inference-2core-loaded.md}).
      * Its answers agree with DL4J's to float rounding, not bitwise ({@code HostNetworkTest}: within 1e-4 relative,
      * measured 9e-8). Worker threads and worker processes both run it; a JVM without C2 (started with
@@ -115,6 +118,46 @@ public final class ModelSpec {
         warnHostPathFallback(noC2);
         MultiLayerNetwork net = SharedNetworks.multiLayer(c, params);
         return features -> net.output(features, false);
+    }
+
+    /**
+     * The longest a host-path warm-up runs at deploy ({@link #warmUp}). Deploy waits for it, so it is kept to a few
+     * hundred milliseconds; measured on the 2-core VM under load (load average 5-8), a cold JVM's first pass of the
+     * serving CNN alone takes 0.2-0.6 s and its first 32-row pass 0.7-1.3 s, so 300 ms covers the first passes and
+     * the class initialisation, and sets the JIT's counters past the thresholds that queue the loops' first
+     * compilations (which then finish on the compiler threads), not the whole warm-up of a loaded machine.
+     */
+    static final Duration HOST_PATH_WARM_UP = Duration.ofMillis(300);
+
+    /**
+     * Warms the host path's loops for this spec before its first request: for a host-path spec in a JVM with C2,
+     * builds a {@link HostNetwork} over {@code params} (the deployed parameters, read in place, never written) and
+     * runs {@link HostNetwork#warmUp} with up to {@code maxRows} rows for at most {@link #HOST_PATH_WARM_UP}. Any other
+     * spec: nothing. The JIT's work is the JVM's, so the networks the worker threads build later run compiled code.
+     *
+     * @param model   the model's name, for the log
+     * @param params  the parameters being deployed (FLOAT)
+     * @param maxRows the router's largest batch
+     * @return the forward passes run (0 when nothing was to warm)
+     * @throws IllegalArgumentException when the parameters do not fit the configuration
+     */
+    int warmUp(String model, INDArray params, int maxRows) {
+        if (!HOST_MULTI_LAYER.equals(kind) || HostNetwork.withoutC2() != null) {
+            return 0;
+        }
+        INDArray flat = params;
+        if (flat.isView() || flat.data().length() != flat.length()) {
+            flat = flat.dup('c'); // a vector of its own, from its buffer's first float
+        }
+        long bytes = flat.length() * Float.BYTES;
+        MemorySegment segment = MemorySegment.ofAddress(flat.data().address()).reinterpret(bytes);
+        long start = System.nanoTime();
+        int passes = HostNetwork.of(MultiLayerConfiguration.fromJson(configJson), segment, exampleShape)
+                .warmUp(maxRows, HOST_PATH_WARM_UP);
+        Reference.reachabilityFence(flat); // ND4J frees an array's memory once it is unreachable: not while read
+        LoggerFactory.getLogger(ModelSpec.class).debug("model '{}': host path warmed up in {} forward passes of 1 and"
+                + " {} rows, {} ms", model, passes, maxRows, (System.nanoTime() - start) / 1_000_000);
+        return passes;
     }
 
     private static void warnHostPathFallback(String noC2) {

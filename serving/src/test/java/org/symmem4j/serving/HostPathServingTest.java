@@ -20,6 +20,7 @@ import org.junit.jupiter.api.Test;
 import org.nd4j.linalg.activations.Activation;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
+import org.symmem4j.serving.host.HostNetwork;
 import org.symmem4j.serving.weights.Nets;
 import org.symmem4j.serving.weights.SharedWeights;
 
@@ -94,5 +95,23 @@ class HostPathServingTest {
         assertEquals(own.output(features, false), onDl4j.output(features), "DL4J's forward: DL4J's answers, bitwise");
         ModelSpec.Network onHost = ModelSpec.hostOrDl4j(Nets.cnn(7), params, new long[] {1, 8, 8}, null);
         assertTrue(onHost.output(features).equalsWithEps(own.output(features, false), 1e-5));
+    }
+
+    @Test
+    void theDeployWarmsTheHostPathUpWithoutChangingItsAnswers() throws Exception {
+        MultiLayerNetwork own = Nets.owning(Nets.cnn(9));
+        INDArray before = own.params().dup();
+        ModelSpec host = ModelSpec.ofHostPath(Nets.cnn(9), 1, 8, 8);
+        int passes = host.warmUp("cnn", own.params(), 8);
+        assertTrue(passes >= 1 && passes <= HostNetwork.WARM_UP_PASSES, "passes=" + passes);
+        assertEquals(before, own.params(), "the warm-up only reads the parameters");
+        assertEquals(0, ModelSpec.of(Nets.cnn(9), 1, 8, 8).warmUp("cnn", own.params(), 8), "DL4J's forward: none");
+        RouterOptions options = RouterOptions.defaults().withWorkers(1).withBatching(8, Duration.ZERO);
+        try (SharedWeights weights = ModelRouterTest.weights(); ModelRouter router = new ModelRouter(weights, options, null)) {
+            router.deploy("cnn", host, own.params()); // warms up again (this router's first), then serves
+            INDArray x = Nets.features(4, 3, 1, 8, 8);
+            INDArray got = router.predict("cnn", x).get().output();
+            assertTrue(got.equalsWithEps(own.output(x, false), 1e-5), got + " against DL4J's " + own.output(x, false));
+        }
     }
 }

@@ -3,6 +3,7 @@ package org.symmem4j.serving.host;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.lang.management.ManagementFactory;
+import java.time.Duration;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
@@ -21,9 +22,12 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Supported: {@code ConvolutionLayer} (2-D NCHW, any kernel, stride and padding, Truncate or Same, bias on or off,
  * dilation 1), {@code SubsamplingLayer} MAX and AVG (Truncate or Same, dilation 1), {@code DenseLayer} (no layer
- * norm), {@code OutputLayer} (its activation; the loss is ignored), activations identity, ReLU, tanh, sigmoid and
- * (on flat layers) softmax, and the {@code CnnToFeedForwardPreProcessor} / {@code FeedForwardToCnnPreProcessor} that
- * {@code setInputType} adds. Anything else is refused by {@link #of} before anything is built, with an error naming
+ * norm), {@code OutputLayer} (its activation; the loss is ignored), {@code BatchNormalization} (per feature or per
+ * NCHW channel, with its global mean and variance, {@code lockGammaBeta} and {@code useLogStd} either way),
+ * {@code DropoutLayer} and any layer's dropout (the identity at inference), {@code ActivationLayer},
+ * {@code GlobalPoolingLayer} MAX, AVG and SUM over an NCHW input (collapsing its dimensions or not), activations
+ * identity, ReLU, tanh, sigmoid and (on flat layers) softmax, and the {@code CnnToFeedForwardPreProcessor} /
+ * {@code FeedForwardToCnnPreProcessor} that {@code setInputType} adds; no weight noise. Anything else is refused by {@link #of} before anything is built, with an error naming
  * the layer, its type or setting, and the fix (serve it through DL4J's forward, {@code ModelSpec.of}).
  *
  * <p>Scratch: two activation buffers sized for the largest batch seen so far (grown, never shrunk), plus one
@@ -34,6 +38,7 @@ public final class HostNetwork {
     private final NetworkPlan plan;
     private final List<HostLayer> layers;
     private final int inSize;
+    private final int outSize;
     private final int maxSize;
     private float[] ping = new float[0];
     private float[] pong = new float[0];
@@ -41,8 +46,10 @@ public final class HostNetwork {
     private HostNetwork(NetworkPlan plan, MemorySegment params) {
         this.plan = plan;
         this.layers = plan.steps().stream().map(s -> s.over(params)).toList();
-        this.inSize = layers.getFirst().inSize();
-        this.maxSize = layers.stream().mapToInt(l -> Math.max(l.inSize(), l.outSize())).max().orElseThrow();
+        // from the shapes, not the first and last steps: layers that are the identity at inference add no step
+        this.inSize = Math.toIntExact(Arrays.stream(plan.exampleShape()).reduce(1, Math::multiplyExact));
+        this.outSize = Math.toIntExact(Arrays.stream(plan.outputShape()).reduce(1, Math::multiplyExact));
+        this.maxSize = layers.stream().mapToInt(l -> Math.max(l.inSize(), l.outSize())).reduce(inSize, Math::max);
     }
 
     /**
@@ -160,6 +167,58 @@ public final class HostNetwork {
         int rows = (int) s[0];
         ensure(rows);
         read(features, ping, rows * inSize);
+        float[] in = forward(rows);
+        long[] shape = new long[plan.outputShape().length + 1];
+        shape[0] = rows;
+        System.arraycopy(plan.outputShape(), 0, shape, 1, plan.outputShape().length);
+        return Nd4j.create(Arrays.copyOf(in, rows * outSize), shape, 'c');
+    }
+
+    /**
+     * Forward passes a warm-up runs at most. C2 compiles a loop once its back-edge counter passes
+     * {@code -XX:Tier4BackEdgeThreshold} (40,000 by default; on-stack replacement first, the whole method later): a
+     * pass runs each inner loop hundreds to thousands of times, so a few dozen passes reach it; 200 leaves room for
+     * the per-layer methods, called once a pass, and the time budget ends the warm-up first on a large network.
+     */
+    public static final int WARM_UP_PASSES = 200;
+
+    /**
+     * Runs the forward pass on zeros, of one row and, every fourth pass, of {@code maxRows} rows (the smallest and
+     * largest batches a router forms: their loops take different paths), until {@link #WARM_UP_PASSES} passes ran or {@code budget}
+     * is spent, whichever comes first; then the scratch holds {@code maxRows} rows. The JIT compiles the host path's
+     * loops during these passes instead of during the first requests. It changes nothing that later answers depend
+     * on: the parameters are only read, and the scratch is overwritten by every pass.
+     *
+     * @param maxRows the largest batch this network will be given, at least 1
+     * @param budget  the longest the warm-up runs (one pass may end past it)
+     * @return the passes run
+     * @throws IllegalArgumentException when {@code maxRows} is below 1 or too large for one batch, or the budget is
+     *                                  negative
+     */
+    public int warmUp(int maxRows, Duration budget) {
+        Objects.requireNonNull(budget, "budget");
+        if (maxRows < 1 || maxRows > Integer.MAX_VALUE / maxSize || budget.isNegative()) {
+            throw new IllegalArgumentException("host network warm-up maxRows=" + maxRows + " budget=" + budget
+                    + " expected maxRows in [1, " + Integer.MAX_VALUE / maxSize + "] and a budget >= 0 (fix: pass"
+                    + " the router's maxBatch and a short budget, e.g. 200 ms)");
+        }
+        long deadline = System.nanoTime() + budget.toNanos();
+        ensure(maxRows);
+        int passes = 0;
+        while (passes < WARM_UP_PASSES && System.nanoTime() - deadline < 0) {
+            // mostly one row: the loops' counters grow with the work, and one row is the least work per pass (a
+            // cold pass of 32 CNN rows takes over a second interpreted); every fourth pass the largest batch, whose
+            // blocked paths (four rows at a time) one row never takes
+            int rows = passes % 4 == 3 ? maxRows : 1;
+            Arrays.fill(ping, 0, rows * inSize, 0f);
+            forward(rows);
+            passes++;
+        }
+        return passes;
+    }
+
+    /** Runs the layers over the {@code rows} examples in {@link #ping}; {@return the buffer holding the output} */
+    private float[] forward(int rows) {
         float[] in = ping, out = pong;
         for (HostLayer layer : layers) {
             layer.forward(in, out, rows);
@@ -167,10 +226,7 @@ public final class HostNetwork {
             in = out;
             out = t;
         }
-        long[] shape = new long[plan.outputShape().length + 1];
-        shape[0] = rows;
-        System.arraycopy(plan.outputShape(), 0, shape, 1, plan.outputShape().length);
-        return Nd4j.create(Arrays.copyOf(in, rows * layers.getLast().outSize()), shape, 'c');
+        return in;
     }
 
     private void ensure(int rows) {

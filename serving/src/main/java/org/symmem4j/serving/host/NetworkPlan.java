@@ -9,22 +9,29 @@ import org.deeplearning4j.nn.conf.CNN2DFormat;
 import org.deeplearning4j.nn.conf.ConvolutionMode;
 import org.deeplearning4j.nn.conf.InputPreProcessor;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.layers.ActivationLayer;
 import org.deeplearning4j.nn.conf.layers.BaseLayer;
+import org.deeplearning4j.nn.conf.layers.BatchNormalization;
 import org.deeplearning4j.nn.conf.layers.ConvolutionLayer;
 import org.deeplearning4j.nn.conf.layers.DenseLayer;
+import org.deeplearning4j.nn.conf.layers.DropoutLayer;
+import org.deeplearning4j.nn.conf.layers.GlobalPoolingLayer;
 import org.deeplearning4j.nn.conf.layers.Layer;
 import org.deeplearning4j.nn.conf.layers.OutputLayer;
 import org.deeplearning4j.nn.conf.layers.PoolingType;
 import org.deeplearning4j.nn.conf.layers.SubsamplingLayer;
 import org.deeplearning4j.nn.conf.preprocessor.CnnToFeedForwardPreProcessor;
 import org.deeplearning4j.nn.conf.preprocessor.FeedForwardToCnnPreProcessor;
+import org.nd4j.linalg.activations.IActivation;
 import org.nd4j.linalg.api.buffer.DataType;
 
 /**
  * What a {@link HostNetwork} runs, worked out from the configuration alone: per layer its kind, geometry, activation
  * and where its parameters start in the flat vector (DL4J's layout: layers in order; a convolution's bias
  * {@code [nOut]} first, then W {@code [nOut, nIn, kH, kW]} 'c'; a dense or output layer's W {@code [nIn, nOut]} 'f'
- * first, then b {@code [nOut]}). Every refusal happens here, before any kernel or buffer exists.
+ * first, then b {@code [nOut]}; a batch normalization's gamma, beta (both absent with {@code lockGammaBeta}), mean,
+ * then var or log10 stdev, {@code [nOut]} each). Layers that are the identity at inference (a {@code DropoutLayer},
+ * any layer's dropout) add no step. Every refusal happens here, before any kernel or buffer exists.
  *
  * @param steps        per layer, the builder of its kernel over a parameter segment
  * @param exampleShape one input example's shape
@@ -40,6 +47,10 @@ record NetworkPlan(List<Step> steps, long[] exampleShape, long[] outputShape, lo
     }
 
     static final String FIX = "fix: serve it through DL4J's forward (ModelSpec.of)";
+
+    /** The layer types the host path runs, for the refusal of any other. */
+    static final String SUPPORTED = "ConvolutionLayer, SubsamplingLayer, DenseLayer, OutputLayer, BatchNormalization,"
+            + " DropoutLayer, ActivationLayer, GlobalPoolingLayer";
 
     /**
      * Plans a configuration.
@@ -78,7 +89,8 @@ record NetworkPlan(List<Step> steps, long[] exampleShape, long[] outputShape, lo
                     check(i, "ConvolutionLayer", "nIn=" + c.getNIn() + " for an input of channels=" + in[0],
                             c.getNIn() == in[0]);
                     ConvolutionMode mode = mode(i, "ConvolutionLayer", c.getConvolutionMode());
-                    HostActivation act = activation(i, "ConvolutionLayer", c, false);
+                    noWeightNoise(i, "ConvolutionLayer", c);
+                    HostActivation act = activation(i, "ConvolutionLayer", c.getActivationFn(), false);
                     Window2d g = Window2d.of(i, "ConvolutionLayer", mode, c.getKernelSize(), c.getStride(),
                             c.getPadding(), in[0], in[1], in[2]);
                     int outC = (int) c.getNOut();
@@ -107,18 +119,33 @@ record NetworkPlan(List<Step> steps, long[] exampleShape, long[] outputShape, lo
                 }
                 case DenseLayer d when d.getClass() == DenseLayer.class -> {
                     check(i, "DenseLayer", "hasLayerNorm=true", !d.hasLayerNorm());
+                    noWeightNoise(i, "DenseLayer", d);
                     planned = dense(i, "DenseLayer", d.getNIn(), d.getNOut(), d.hasBias(), activation(i, "DenseLayer",
-                            d, true), shape, offset, steps);
+                            d.getActivationFn(), true), shape, offset, steps);
                     shape = new int[] {(int) d.getNOut()};
                 }
                 case OutputLayer o when o.getClass() == OutputLayer.class -> {
+                    noWeightNoise(i, "OutputLayer", o);
                     planned = dense(i, "OutputLayer", o.getNIn(), o.getNOut(), o.hasBias(), activation(i, "OutputLayer",
-                            o, true), shape, offset, steps);
+                            o.getActivationFn(), true), shape, offset, steps);
                     shape = new int[] {(int) o.getNOut()};
                 }
+                case BatchNormalization b when b.getClass() == BatchNormalization.class ->
+                        planned = batchNorm(i, b, shape, offset, steps);
+                // DL4J's DropoutLayer returns its input unchanged when not training (its activation is not applied)
+                case DropoutLayer d when d.getClass() == DropoutLayer.class -> planned = 0;
+                case ActivationLayer a when a.getClass() == ActivationLayer.class -> {
+                    HostActivation act = activation(i, "ActivationLayer", a.getActivationFn(), shape.length == 1);
+                    int size = Arrays.stream(shape).reduce(1, (x, y) -> x * y);
+                    planned = 0;
+                    steps.add(p -> new ActivationKernel(size, act));
+                }
+                case GlobalPoolingLayer gp when gp.getClass() == GlobalPoolingLayer.class -> {
+                    planned = 0;
+                    shape = globalPooling(i, gp, shape, steps);
+                }
                 default -> throw new IllegalArgumentException("layer=" + i + " type=" + layer.getClass().getSimpleName()
-                        + " is not supported by the host inference path (supported: ConvolutionLayer, SubsamplingLayer,"
-                        + " DenseLayer, OutputLayer; " + FIX + ")");
+                        + " is not supported by the host inference path (supported: " + SUPPORTED + "; " + FIX + ")");
             }
             if (planned != count) {
                 throw new IllegalArgumentException("layer=" + i + " type=" + layer.getClass().getSimpleName()
@@ -128,6 +155,49 @@ record NetworkPlan(List<Step> steps, long[] exampleShape, long[] outputShape, lo
         }
         long[] out = Arrays.stream(shape).asLongStream().toArray();
         return new NetworkPlan(List.copyOf(steps), exampleShape.clone(), out, offset);
+    }
+
+    /**
+     * Plans a batch normalization over a flat input (per feature) or an NCHW one (per channel); the shape stays.
+     *
+     * @return the parameters it takes
+     */
+    private static long batchNorm(int i, BatchNormalization b, int[] shape, long offset, List<Step> steps) {
+        String type = "BatchNormalization";
+        check(i, type, "input of shape " + Arrays.toString(shape) + " (expected [features] or [channels, height,"
+                + " width])", shape.length == 1 || shape.length == 3);
+        if (shape.length == 3) {
+            check(i, type, "cnn2DFormat=" + b.getCnn2DFormat(), b.getCnn2DFormat() == CNN2DFormat.NCHW);
+        }
+        int channels = shape[0];
+        int plane = shape.length == 3 ? shape[1] * shape[2] : 1;
+        check(i, type, "nOut=" + b.getNOut() + " for an input of channels=" + channels, b.getNOut() == channels);
+        noWeightNoise(i, type, b);
+        boolean locked = b.isLockGammaBeta();
+        long gammaOff = locked ? -1 : offset * Float.BYTES;
+        long meanOff = (offset + (locked ? 0 : 2L * channels)) * Float.BYTES;
+        double gamma = b.getGamma(), beta = b.getBeta(), eps = b.getEps();
+        boolean logStd = b.isUseLogStd();
+        steps.add(p -> new BatchNormKernel(channels, plane, p, gammaOff, gamma, beta, meanOff, logStd, eps));
+        return (locked ? 2L : 4L) * channels;
+    }
+
+    /** Plans a global pooling over an NCHW input; {@return the output shape, [c] or, kept, [c, 1, 1]} */
+    private static int[] globalPooling(int i, GlobalPoolingLayer gp, int[] shape, List<Step> steps) {
+        String type = "GlobalPoolingLayer";
+        int[] in = image(i, type, shape);
+        GlobalPoolKernel.Reduction reduction = switch (gp.getPoolingType()) {
+            case MAX -> GlobalPoolKernel.Reduction.MAX;
+            case AVG -> GlobalPoolKernel.Reduction.AVG;
+            case SUM -> GlobalPoolKernel.Reduction.SUM;
+            case null, default -> null;
+        };
+        check(i, type, "poolingType=" + gp.getPoolingType() + " (supported: MAX, AVG, SUM)", reduction != null);
+        int[] dims = gp.getPoolingDimensions();
+        check(i, type, "poolingDimensions=" + Arrays.toString(dims) + " (supported: 2, 3, DL4J's default for NCHW)",
+                dims == null || Arrays.equals(dims, new int[] {2, 3}));
+        steps.add(p -> new GlobalPoolKernel(in[0], in[1] * in[2], reduction));
+        return gp.isCollapseDimensions() ? new int[] {in[0]} : new int[] {in[0], 1, 1};
     }
 
     private static long dense(int i, String type, long nIn, long nOut, boolean hasBias, HostActivation act,
@@ -177,11 +247,19 @@ record NetworkPlan(List<Step> steps, long[] exampleShape, long[] outputShape, lo
         return mode;
     }
 
-    private static HostActivation activation(int i, String type, BaseLayer layer, boolean flat) {
-        HostActivation a = HostActivation.of(layer.getActivationFn());
-        check(i, type, "activation=" + layer.getActivationFn() + " (supported: identity, relu, tanh, sigmoid"
-                + (flat ? ", softmax" : "") + ")", a != null && (flat || a != HostActivation.SOFTMAX));
+    private static HostActivation activation(int i, String type, IActivation fn, boolean flat) {
+        HostActivation a = HostActivation.of(fn);
+        check(i, type, "activation=" + fn + " (supported: identity, relu, tanh, sigmoid" + (flat ? ", softmax" : "")
+                + ")", a != null && (flat || a != HostActivation.SOFTMAX));
         return a;
+    }
+
+    /**
+     * Refuses weight noise ({@code WeightNoise}, {@code DropConnect}): DL4J applies it to the biases even at
+     * inference when it is set to, which the host path does not do.
+     */
+    private static void noWeightNoise(int i, String type, BaseLayer layer) {
+        check(i, type, "weightNoise=" + layer.getWeightNoise(), layer.getWeightNoise() == null);
     }
 
     private static void check(int i, String type, String setting, boolean ok) {

@@ -278,4 +278,20 @@ class HostNetworkTest {
                 "the last of a repeated flag wins");
         assertNull(HostNetwork.withoutC2(List.of("-XX:-TieredCompilation", "-Xmx1g")), "C2 alone is C2");
     }
+
+    @Test
+    void warmUpRunsBoundedPassesAndChangesNoAnswer() {
+        MultiLayerNetwork net = init(lenet(6));
+        HostNetwork host = HostNetwork.of(lenet(6), paramsOf(net), 1, 28, 28);
+        INDArray x = Nd4j.rand(DataType.FLOAT, 5, 1, 28, 28);
+        INDArray before = host.output(x);
+        int passes = host.warmUp(16, java.time.Duration.ofMillis(200));
+        assertTrue(passes >= 1 && passes <= HostNetwork.WARM_UP_PASSES, "passes=" + passes);
+        assertClose(before, host.output(x), "after the warm-up");
+        assertClose(net.output(x, false), host.output(x), "after the warm-up, against DL4J");
+        assertEquals(0, host.warmUp(16, java.time.Duration.ZERO), "a spent budget runs no pass");
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> host.warmUp(0, java.time.Duration.ofMillis(1)));
+        assertTrue(e.getMessage().contains("maxRows=0") && e.getMessage().contains("fix:"), e.getMessage());
+    }
 }

@@ -106,4 +106,67 @@ class KernelReferenceTest {
             assertClose(ref, out, "pool mode " + mode);
         }
     }
+
+    @Test
+    void batchNormMatchesFloat64Loops() {
+        // per channel of an NCHW example (plane 13, not a multiple of a vector) and per feature of a flat one (19)
+        for (int[] cp : new int[][] {{5, 13}, {19, 1}}) {
+            int rows = 3, c = cp[0], plane = cp[1];
+            for (boolean locked : new boolean[] {false, true}) {
+                for (boolean logStd : new boolean[] {false, true}) {
+                    float[] params = random(7 + 4 * c, 4); // 7 floats of another layer first
+                    int meanAt = 7 + (locked ? 0 : 2 * c);
+                    for (int i = 0; i < c; i++) {
+                        int last = meanAt + c + i; // var (kept > 0) or log10 stdev
+                        params[last] = logStd ? params[last] * 0.5f : Math.abs(params[last]) + 0.1f;
+                    }
+                    MemorySegment seg = Arena.ofAuto().allocate((long) params.length * Float.BYTES);
+                    MemorySegment.copy(params, 0, seg, ValueLayout.JAVA_FLOAT_UNALIGNED, 0, params.length);
+                    float[] in = random(rows * c * plane, 5);
+                    float[] out = new float[in.length];
+                    long first = 7L * Float.BYTES;
+                    new BatchNormKernel(c, plane, seg, locked ? -1 : first, 1.25, -0.5,
+                            first + (locked ? 0 : 2L * c * Float.BYTES), logStd, 1e-3).forward(in, out, rows);
+                    double[] ref = new double[in.length];
+                    for (int r = 0, o = 0; r < rows; r++) {
+                        for (int ch = 0; ch < c; ch++) {
+                            double gamma = locked ? 1.25 : params[7 + ch], beta = locked ? -0.5 : params[7 + c + ch];
+                            double v = params[meanAt + c + ch];
+                            double std = logStd ? Math.pow(10, v) : Math.sqrt(v);
+                            double var = std * std;
+                            for (int i = 0; i < plane; i++, o++) {
+                                ref[o] = gamma * (in[o] - params[meanAt + ch]) / Math.sqrt(var + 1e-3) + beta;
+                            }
+                        }
+                    }
+                    assertClose(ref, out, "batch norm c=" + c + " plane=" + plane + " locked=" + locked
+                            + " logStd=" + logStd);
+                }
+            }
+        }
+    }
+
+    @Test
+    void globalPoolingMatchesFloat64Loops() {
+        int rows = 2, c = 3, plane = 7 * 5;
+        float[] in = random(rows * c * plane, 6);
+        for (GlobalPoolKernel.Reduction reduction : GlobalPoolKernel.Reduction.values()) {
+            float[] out = new float[rows * c];
+            new GlobalPoolKernel(c, plane, reduction).forward(in, out, rows);
+            double[] ref = new double[out.length];
+            for (int p = 0; p < rows * c; p++) {
+                double max = Double.NEGATIVE_INFINITY, sum = 0;
+                for (int i = 0; i < plane; i++) {
+                    max = Math.max(max, in[p * plane + i]);
+                    sum += in[p * plane + i];
+                }
+                ref[p] = switch (reduction) {
+                    case MAX -> max;
+                    case AVG -> sum / plane;
+                    case SUM -> sum;
+                };
+            }
+            assertClose(ref, out, "global " + reduction);
+        }
+    }
 }
