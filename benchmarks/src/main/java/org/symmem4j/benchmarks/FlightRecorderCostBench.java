@@ -51,7 +51,7 @@ import picocli.CommandLine.Option;
  * Each fork's placement (every rank's recorder storage, signal pads and data regions, with their offsets in a page and
  * a line: {@code FlightRecording.placement}) is printed under its mean difference, so that expensive forks can be held
  * against where their memory fell.
- * A cell of {@code --arrivals} is {@code WHERE[+arrival|+line|+none][+spinN][+cold|+shareN][@ENTRIES]}: {@code --arrivals
+ * A cell of {@code --arrivals} is {@code WHERE[+arrival|+none][+spinN][+cold|+shareN][@ENTRIES]}: {@code --arrivals
  * in-shadow,after-wait} measures, in one run, the recorder writing its entry in the entry barrier's shadow (the
  * default) and after the barrier's wait ({@code -Dsymmem4j.flight.recorder.arrival} in the forks), one cell each per
  * algorithm and rank count, the two placements of one algorithm next to each other, so a run stopped by a time limit
@@ -59,8 +59,7 @@ import picocli.CommandLine.Option;
  * {@code --arrivals in-shadow,in-shadow+none,in-shadow+arrival,in-shadow+spin64,in-shadow+arrival+spin64} finds
  * where the one-shot cost comes from: {@code +none} switches the recorder on but makes none of its calls (an A/A
  * control of the switching: on − off must be 0), {@code +arrival} makes only the entry's write in the barrier's shadow
- * (the rest, all − arrival, is the verdict and return on the critical path), {@code +line} only the own line and the
- * entry's name word (no clock read, no stamps: the least any recorder writes), and {@code +spin64} has every pad wait poll
+ * (the rest, all − arrival, is the completion count's store at return), and {@code +spin64} has every pad wait poll
  * 64 times without a pause before its back-off, off and on alike: if the shadow's cost is the pause's granularity (the
  * work before the wait shifting every poll after it), it goes with the pauses.
  * The storage layouts measured against the own-line entries until 2026-11-30 ({@code +copy}, {@code +heap}, {@code
@@ -110,8 +109,7 @@ public final class FlightRecorderCostBench {
                 + " collective's entry, one cell each: after-wait (once the entry barrier passed), in-shadow (between"
                 + " the publish and the wait, the product's default); either with +arrival: only the entry's write"
                 + " (-Dsymmem4j.flight.recorder.probe"
-                + "=arrival), +line: only the own line into the entry and its name word, no clock or stamps (probe=line),"
-                + " +none: none of the recorder's calls, the A/A control (probe=none); +spinN: the waits poll N"
+                + "=arrival), +none: none of the recorder's calls, the A/A control (probe=none); +spinN: the waits poll N"
                 + " times without a pause first (-Dsymmem4j.wait.spinfirst=N, off and on alike); and @E: a ring of E"
                 + " entries for that cell")
         List<String> arrivals = List.of(FlightRecorderPairedBenchmark.ARRIVAL_DEFAULT);

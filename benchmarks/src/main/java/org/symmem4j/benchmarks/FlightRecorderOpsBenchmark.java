@@ -27,7 +27,7 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 
 /**
  * The flight recorder's own work per collective, alone: the calls the control plane and the synchronizer make (the
- * entry's words beside the line, started, completed), against a baseline that numbers the collective, fills its
+ * entry's name word beside the line at arrival, the completion count at return), against a baseline that numbers the collective, fills its
  * descriptor and writes this rank's own descriptor line into its own pad (with the epoch's release store), as the
  * control plane and the synchronizer do with the recorder off. With the recorder on that line goes into the
  * recorder's entry instead, without the release store, so the recorder's side writes it there and not into the pad.
@@ -98,7 +98,6 @@ public class FlightRecorderOpsBenchmark {
                 Algorithm.TWO_SHOT.ordinal(), -1, 256, 1024, 3, 0, 0, Problem.NONE);
         writeOwnLine(d, s, true); // into the entry instead of the pad, as arrive() does with the recorder on
         recorder.ownLineWritten(d, "all-reduce");
-        recorder.started(d, "all-reduce");
         recorder.completed(s);
         return d;
     }

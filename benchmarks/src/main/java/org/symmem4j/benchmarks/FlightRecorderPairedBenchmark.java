@@ -93,11 +93,6 @@ public class FlightRecorderPairedBenchmark {
     static final String ARRIVAL_ONLY_SUFFIX = "+arrival";
     /** A cell's suffix that sets {@code -Dsymmem4j.flight.recorder.probe=none}: the A/A control (on − off must be 0). */
     static final String NONE_SUFFIX = "+none";
-    /**
-     * A cell's suffix that sets {@code -Dsymmem4j.flight.recorder.probe=line}: only the own line into the entry and its
-     * name word (no clock, no stamps, no started or completed store).
-     */
-    static final String LINE_SUFFIX = "+line";
     /** A cell's suffix before a count, {@code +spin64}: {@code -Dsymmem4j.wait.spinfirst=64} in its forks. */
     static final String SPIN_PREFIX = "+spin";
     /**
@@ -140,11 +135,10 @@ public class FlightRecorderPairedBenchmark {
     static final java.util.List<String> ARRIVALS = java.util.List.of("after-wait", "in-shadow");
 
     /**
-     * One cell of {@code --arrivals}, parsed: {@code WHERE[+arrival|+line|+none][+spinN][+cold|+shareN][@ENTRIES]}.
+     * One cell of {@code --arrivals}, parsed: {@code WHERE[+arrival|+none][+spinN][+cold|+shareN][@ENTRIES]}.
      *
      * @param where     {@code after-wait} or {@code in-shadow}
-     * @param probe     {@link Configuration#FLIGHT_RECORDER_PROBE}: {@code all}, {@code arrival}, {@code line} or
-     *                  {@code none}
+     * @param probe     {@link Configuration#FLIGHT_RECORDER_PROBE}: {@code all}, {@code arrival} or {@code none}
      * @param spinFirst {@link Configuration#WAIT_SPIN_FIRST}
      * @param entries   the recorder's entries while on
      * @param prewarm   all-reduces of the pre-warm ({@link #prewarm}): {@link #PREWARM_DEFAULT}, 0 with {@code +cold}
@@ -183,9 +177,9 @@ public class FlightRecorderPairedBenchmark {
                     bad = flag + " twice";
                 } else if (flag.equals(COLD_SUFFIX)) {
                     prewarm = 0;
-                } else if (flag.equals(ARRIVAL_ONLY_SUFFIX) || flag.equals(NONE_SUFFIX) || flag.equals(LINE_SUFFIX)) {
+                } else if (flag.equals(ARRIVAL_ONLY_SUFFIX) || flag.equals(NONE_SUFFIX)) {
                     if (!"all".equals(probe)) {
-                        bad = "two of +arrival, +line and +none";
+                        bad = "both +arrival and +none";
                     }
                     probe = flag.substring(1);
                 } else if (flag.startsWith(SHARE_PREFIX) && number(flag.substring(SHARE_PREFIX.length())) >= 2) {
@@ -198,7 +192,7 @@ public class FlightRecorderPairedBenchmark {
             }
             if (!ARRIVALS.contains(where) || entries < 1 || spinFirst > 4096 || bad != null) {
                 throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE"
-                        + "[+arrival|+line|+none][+spinN][+cold|+shareM][@ENTRIES] with WHERE one of " + ARRIVALS
+                        + "[+arrival|+none][+spinN][+cold|+shareM][@ENTRIES] with WHERE one of " + ARRIVALS
                         + ", 0 <= N <= 4096, M >= 2 and"
                         + " ENTRIES >= 1, found where=" + where + " entries=" + (at >= 0 ? spec.substring(at + 1) : entries)
                         + (bad == null ? "" : ", " + bad)

@@ -250,15 +250,13 @@ public final class Configuration {
      */
     public static final Setting<String> FLIGHT_RECORDER_PROBE = Setting.property("symmem4j.flight.recorder.probe")
             .type("choice")
-            .accepts("`all`, `arrival`, `line`, `none`")
+            .accepts("`all`, `arrival`, `none`")
             .experimental()
-            .describedAs("a diagnostic of the recorder's cost: `all` makes its three calls per collective (arrived,"
-                    + " started, completed), `arrival` only the entry's write, `line` only this rank's own line into the"
-                    + " entry and its name word (no clock, no stamps: the least a recorder can write), `none` none of"
-                    + " them while the recorder"
+            .describedAs("a diagnostic of the recorder's cost: `all` makes its two stores per collective (the"
+                    + " entry's name word at arrival, the completion count at return), `arrival` only the entry's write, `none` none of them while the recorder"
                     + " is on, an A/A control whose on − off must be 0 (to compare in `FlightRecorderCostBench --arrivals in-shadow,in-shadow+arrival,"
-                    + "in-shadow+none`); anything but `all` leaves the dumps without states or entries; read once per JVM")
-            .build("all", "`all`", choice("all", "arrival", "line", "none"));
+                    + "in-shadow+none`); anything but `all` leaves the dumps without completed states or entries; read once per JVM")
+            .build("all", "`all`", choice("all", "arrival", "none"));
 
     /**
      * {@code symmem4j.wait.spinfirst}: polls a bounded wait makes without a pause instruction before its idle strategy

@@ -50,11 +50,10 @@ public final class ControlPlane implements AutoCloseable {
     private static final boolean RECORD_IN_SHADOW = "in-shadow".equals(Configuration.FLIGHT_RECORDER_ARRIVAL.get());
     private static final Algorithm[] ALGORITHMS = Algorithm.values();
     /**
-     * Whether the recorder's entry is written at arrival, and whether its verdict and return are recorded: both,
-     * unless the diagnostic {@link Configuration#FLIGHT_RECORDER_PROBE} leaves a part out to find where the one-shot
-     * cost comes from ({@code arrival}: the entry only; {@code none}: nothing, an A/A control of the benchmark's
-     * switching). Read once per JVM, so C2 folds the branches they guard: with {@code all} the hot path is the one
-     * without the setting.
+     * Whether the recorder's entry is written at arrival, and whether its return is recorded: both, unless the
+     * diagnostic {@link Configuration#FLIGHT_RECORDER_PROBE} leaves a part out to find where the one-shot cost comes
+     * from ({@code arrival}: the entry only; {@code none}: nothing, an A/A control of the benchmark's switching). Read
+     * once per JVM, so C2 folds the branches they guard: with {@code all} the hot path is the one without the setting.
      */
     private static final boolean RECORD_ARRIVAL = !"none".equals(Configuration.FLIGHT_RECORDER_PROBE.get());
     private static final boolean RECORD_ENDS = "all".equals(Configuration.FLIGHT_RECORDER_PROBE.get());
@@ -80,7 +79,21 @@ public final class ControlPlane implements AutoCloseable {
     /** The switch {@link #recording()} hands out; null without a recorder. */
     private final FlightRecording recording;
 
+    /**
+     * The next collective's sequence number: how many this rank began. Written by this rank's thread only (plain);
+     * read off it by the flight recorder's ticks with an opaque load ({@link #SEQ}), which needs no pairing: a late
+     * value only dates a collective one tick later ({@link FlightRecorderTicks}).
+     */
     private long seq;
+    private static final java.lang.invoke.VarHandle SEQ;
+
+    static {
+        try {
+            SEQ = java.lang.invoke.MethodHandles.lookup().findVarHandle(ControlPlane.class, "seq", long.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
     /** The JFR event of the collective in progress; null while no recording enables {@link CollectiveEvent}. */
     private CollectiveEvent event;
 
@@ -90,7 +103,8 @@ public final class ControlPlane implements AutoCloseable {
         this.sync = sync;
         this.memory = memory;
         this.owned = owned;
-        this.made = FlightRecorder.create(rank, worldSize, kind);
+        // its times: the ticks read how many collectives this rank began, off its thread (SEQ's opaque load)
+        this.made = FlightRecorder.create(rank, worldSize, kind, () -> (long) SEQ.getOpaque(this));
         this.recorder = made;
         this.recording = made == null ? null : new Switch();
         sync.describePositionsWith(this::lastOps);
@@ -235,7 +249,11 @@ public final class ControlPlane implements AutoCloseable {
         if (recorder == null) {
             return null;
         }
-        recordPendingArrival(seq - 1); // built during the entry barrier's wait: its entry is written after the wait
+        long s = seq - 1;
+        recordPendingArrival(s); // built during the entry barrier's wait: its entry is written after the wait
+        if (s >= 0 && recorder.hasEntry(s) && sync.everyPeerArrived(s)) {
+            recorder.started(s); // past its entry barrier: nothing records that per collective, so say it here
+        }
         return recorder.lastOps(3);
     }
 
@@ -361,9 +379,7 @@ public final class ControlPlane implements AutoCloseable {
      * @param mine the agreed descriptor
      */
     public void started(Descriptor mine) {
-        if (recorder != null && RECORD_ENDS) {
-            recorder.started(mine, sync.opName());
-        }
+        // the flight recorder stores nothing here: a STARTED state is derived on the message path (lastOps)
         if (event != null) {
             eventStarted(mine);
         }

@@ -12,6 +12,8 @@ import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.Objects;
+import java.util.function.LongSupplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.Algorithm;
@@ -24,26 +26,29 @@ import org.symmem4j.parallel.trace.CoarseClock;
 /**
  * One rank's flight recorder for one communicator: a ring of its last {@code capacity} collectives
  * (sequence number, operation, element count, bytes, dtype, op, algorithm, symmetric region, state,
- * wall-clock times), written on the hot path without allocating or reading a clock (a
- * {@link CoarseClock} stamp is a volatile load), and dumped as JSON when a collective fails, so that
- * a hang or a dead rank can be attributed afterwards: {@code symmem4j-flight-report} merges the dumps
- * of every rank into one report that says where the ranks diverged. PyTorch's NCCL flight recorder is
- * the model; here the entry barrier already names the missing rank, and the dump adds what each rank
- * did before.
+ * wall-clock times), written on the hot path without allocating or reading a clock, and dumped as JSON when a
+ * collective fails, so that a hang or a dead rank can be attributed afterwards: {@code symmem4j-flight-report} merges
+ * the dumps of every rank into one report that says where the ranks diverged. PyTorch's NCCL flight recorder is the
+ * model; here the entry barrier already names the missing rank, and the dump adds what each rank did before.
  *
  * <p><b>The entry is the rank's own descriptor line.</b> The ring lives in one page-aligned off-heap segment per
  * recorder ({@link FlightRecorderLayout}); each entry is 128 bytes: the descriptor line this rank publishes at its
  * entry barrier ({@link OpDescriptorLayout}), followed by the recorder's own words. With the recorder on, {@link
  * PadSynchronizer#arrive} writes this rank's own line into the entry instead of into its own pad, so the arguments
- * are written once per collective, as with the recorder off, and the recorder adds 5 plain stores (begin, end and
- * name word at arrival, {@link #ownLineWritten}; the started word, {@link #started}; the end stamp, {@link
- * #completed}) and no counter. By long index:
+ * are written once per collective, as with the recorder off, and the recorder adds <b>two plain stores</b> per
+ * collective: the entry's name word at arrival ({@link #ownLineWritten}) and the completion count at return ({@link
+ * #completed}, a padded field). No clock is read and nothing is stamped on the hot path: the times come from {@link
+ * FlightRecorderTicks}, which samples how many collectives the rank has begun and completed once a millisecond on
+ * {@link CoarseClock}'s thread. The stamps this replaced (a clock read and two stores at arrival, a store at the
+ * verdict, a guarded stamp at return) cost 12 ns of a 1 KiB one-shot all-reduce (1.2 %) that the entry alone did not
+ * ({@code bench/results/2026-11-30-recorder-ticks-32core.md}). By long index:
  * <pre>
  *  slot = seq &amp; (capacity - 1); entry at byte {@link FlightRecorderLayout#ENTRIES_OFFSET} + 128 * slot of the segment
  *  [0]     SHAPE_FAILED  (the descriptor's epoch word, never written into an entry by arrive(); the recorder's):
  *                        name &lt;&lt; 33 | failed &lt;&lt; 32 | shape, shape = kind+1 | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 |
  *                        algorithm+1 &lt;&lt; 24 (shape 0: failed before it arrived, no arguments), name an index
- *                        into the names seen (11 bits; 2047: the name is in {@code what[slot]})
+ *                        into the names seen (11 bits; 2047: the name is in {@code what[slot]}). Never 0 once the
+ *                        entry is written for SEQ (an arrival has a shape, a failure its flag): 0 means none is
  *  [1]     SEQ           the control plane's sequence number (barriers inside collectives count too)
  *  [2..4]  kind, dtype, op, algorithm, root, problem (ints)            \
  *  [5]     COUNT         elements                                       |  the descriptor, as arrive() writes it
@@ -51,39 +56,42 @@ import org.symmem4j.parallel.trace.CoarseClock;
  *  [7]     MEMORY_ID     symmetric region, -1 for staged buffers        |  SHAPE is 0: the dump then shows
  *  [8]     MEMORY_OFFSET                                                |  -1, -1, -1, 0)
  *  [9]     recv bytes                                                  /
- *  [10]    BEGUN         epoch ms when this rank arrived ({@link CoarseClock}: about 1 ms resolution); 0: the
- *                        slot holds no entry recorded for SEQ (began, neither arrived nor failed)
- *  [11]    ENDED         epoch ms when it returned or failed here, 0 while neither
- *  [12]    STARTED       the sequence number whose entry barrier passed in this slot
+ *  [10]    BEGUN         written by the failure path only: epoch ms of a collective that failed before it arrived;
+ *                        0 (and for every other entry): the time comes from the ticks
+ *  [11]    ENDED         written by the failure path only: epoch ms when it failed (FAILED entries only)
+ *  [12]    STARTED       1 + the sequence number whose entry barrier was seen passed in this slot (0: none; written
+ *                        by the message path, which reads it off the signal pads, never per collective)
  *  [13..15]              zero
- *  state, derived when read: FAILED if flagged; else COMPLETED if ENDED; else STARTED if STARTED equals SEQ; else
- *                        SCHEDULED (arrived, waiting for the others)
+ *  state, derived when read: FAILED if flagged; else COMPLETED if the completion count is past SEQ; else STARTED if
+ *                        STARTED equals SEQ + 1; else SCHEDULED (arrived, waiting for the others)
  * </pre>
- * No counter is written per collective: the newest recorded number is found by reading the entries ({@link
+ * No sequence counter is written per collective: the newest recorded number is found by reading the entries ({@link
  * #lastSeq()}, failure and dump paths only). The hot path compares an operation's name by reference with the first
  * names seen, kept in fields, so it reads no per-slot array and stores no reference; the fields it reads sit between
- * 128-byte pads in this object ({@link FlightRecorderFields}) and are not written per collective.
+ * 128-byte pads in this object ({@link FlightRecorderFields}).
  *
  * <p><b>Per collective, one write of its entry, in the entry barrier's shadow</b> (by default, {@link
  * Configuration#FLIGHT_RECORDER_ARRIVAL}; {@code after-wait}: {@link ControlPlane#arriveAndCheck} calls {@link #arrived}
  * once every peer's descriptor is here, measured dearer: +60 against +45 ns on 16 cores, {@code
  * bench/results/2026-11-29-recorder-placement-16core.md}, kept so that one run measures both), before the agreement
- * check and before any data moves; the barrier's verdict then costs one store ({@link #started}) and the return one
- * guarded store of a clock stamp ({@link #completed}); the state is derived when read. A rank whose wait throws
- * (timeout, dead or aborting peer) has its entry written by the failure path from the descriptor it published
- * ({@link ControlPlane#failed}), and a timeout message built inside the wait writes it first too, so the dump and the
- * message show it arrived (SCHEDULED, with its arguments). A rank that finds the group aborted throws before it
- * publishes: {@link #failed} writes its entry without arguments.
+ * check and before any data moves; the return stores the completion count ({@link #completed}); the state is derived
+ * when read. A rank whose wait throws (timeout, dead or aborting peer) has its entry written by the failure path from
+ * the descriptor it published ({@link ControlPlane#failed}), and a timeout message built inside the wait writes it
+ * first too, so the dump and the message show it arrived (SCHEDULED, with its arguments, or STARTED when the message
+ * path finds every peer arrived). A rank that finds the group aborted throws before it publishes: {@link #failed}
+ * writes its entry without arguments.
  *
  * <p>Five other storage layouts (copying off-heap entries, a heap array, padded, compact, runs of equal collectives)
  * were measured no cheaper and removed on 2026-11-30: their story is in {@code docs/flight-recorder.md}, their numbers
  * in {@code bench/results} (2026-11-28 to 30, {@code *recorder*}).
  *
- * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
+ * <p><b>Memory ordering.</b> The entries need none, and there is no release store: every write and every read
  * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread
- * that runs the communicator's collectives, so program order is enough. A reader on another thread (a watchdog
- * dumping a stuck rank) would need the writer to publish each entry with a release store of its {@code SEQ} last and
- * to read it with an acquire load first; none exists.
+ * that runs the communicator's collectives, so program order is enough. The completion count is the one word another
+ * thread reads: written with an opaque store here, read with an opaque load by the ticks (see {@link
+ * FlightRecorderTicks}: it publishes nothing, a late value dates a collective one tick later). A reader of the entries
+ * on another thread (a watchdog dumping a stuck rank) would need the writer to publish each entry with a release store
+ * of its {@code SEQ} last and to read it with an acquire load first; none exists.
  *
  * <p>Size and dump directory: {@link Configuration#FLIGHT_RECORDER_ENTRIES},
  * {@link Configuration#FLIGHT_RECORDER_DIR}. Not thread-safe: written by the rank's thread that runs
@@ -106,12 +114,21 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     private static final Logger LOG = LoggerFactory.getLogger(FlightRecorder.class);
     private static final OpDescriptorLayout.Kind[] KINDS = OpDescriptorLayout.Kind.values();
 
-    /**
-     * Whether the arrival stamps the entry's times (always, but under the diagnostic {@code
-     * symmem4j.flight.recorder.probe=line}, which writes the own line and the name word only: what a recorder without
-     * clock stamps would cost; its dumps then hold no entries). Read once per JVM, so C2 folds it.
-     */
-    private static final boolean STAMPS = !"line".equals(Configuration.FLIGHT_RECORDER_PROBE.get());
+    /** The completion count ({@link FlightRecorderFields.Hot#completedThrough}), stored opaque, read by the ticks. */
+    private static final VarHandle COMPLETED_THROUGH;
+    /** {@link #arrivedThrough}, stored and read opaque (see there). */
+    private static final VarHandle ARRIVED_THROUGH;
+
+    static {
+        try {
+            COMPLETED_THROUGH = java.lang.invoke.MethodHandles.lookup().findVarHandle(FlightRecorderFields.Hot.class,
+                    "completedThrough", long.class);
+            ARRIVED_THROUGH = java.lang.invoke.MethodHandles.lookup().findVarHandle(FlightRecorder.class,
+                    "arrivedThrough", long.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
 
     private final int rank;
     private final int worldSize;
@@ -140,9 +157,6 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     private static final VarHandle LONG = ValueLayout.JAVA_LONG.varHandle();
     /** Bytes per entry, and the byte offsets of its words the hot path writes. */
     private static final long ENTRY_BYTES = FlightRecorderLayout.ENTRY_BYTES;
-    private static final long SEQ_BYTE = (long) SEQ * Long.BYTES;
-    private static final long BEGUN_BYTE = (long) BEGUN * Long.BYTES;
-    private static final long ENDED_BYTE = (long) ENDED * Long.BYTES;
     private static final long STARTED_BYTE = (long) STARTED * Long.BYTES;
     private static final long SHAPE_FAILED_BYTE = (long) SHAPE_FAILED * Long.BYTES;
     private static final long SHAPE_MASK = 0xffff_ffffL;
@@ -156,15 +170,26 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     /** The sequence number of the first collective recorded since creation or {@link #restartAt}. */
     private long firstSeq;
     private long lastDumpedFailureSeq = -1;
+    /**
+     * How many collectives {@link #arrived} saw (the newest's number plus one): what a recorder made without a control
+     * plane counts as begun ({@link #create(int, int, String, int)}); off the hot path (in-shadow arrivals do not
+     * come here).
+     */
+    private long arrivedThrough;
+    /** The times: the ticks' rows, sampled on {@link CoarseClock}'s thread, which holds them weakly. */
+    private final FlightRecorderTicks ticks;
     /** Dumps written by this process, numbering the file names: two dumps in one millisecond must not overwrite. */
     private static final java.util.concurrent.atomic.AtomicLong DUMPS = new java.util.concurrent.atomic.AtomicLong();
 
-    private FlightRecorder(int rank, int worldSize, String communicator, int capacity) {
+    private FlightRecorder(int rank, int worldSize, String communicator, int capacity, LongSupplier begun) {
         // the hot fields, padded (FlightRecorderFields): the entries in a page-aligned segment of their own
         super(capacity - 1, FlightRecorderLayout.allocate(capacity), new String[8]);
         this.rank = rank;
         this.worldSize = worldSize;
         this.communicator = communicator;
+        this.ticks = new FlightRecorderTicks(begun != null ? begun : () -> (long) ARRIVED_THROUGH.getOpaque(this),
+                () -> (long) COMPLETED_THROUGH.getOpaque(this), capacity); // opaque: pairs with completed()'s store
+        CoarseClock.addListener(ticks);
     }
 
     /** {@return the long at index {@code i} of the storage} (plain: only this rank's thread reads and writes it) */
@@ -187,7 +212,7 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     }
 
     /**
-     * {@return the newest collective recorded: the newest whose entry is written (BEGUN not 0) at or after {@link
+     * {@return the newest collective recorded: the newest whose entry is written (SHAPE_FAILED not 0) at or after {@link
      * #firstSeq}, found by reading every entry (the hot path keeps no counter); firstSeq - 1 while none} Failure and
      * dump paths only.
      */
@@ -196,7 +221,7 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         for (int slot = 0; slot <= mask; slot++) {
             int e = HEAD + slot * STRIDE;
             long q = at(e + SEQ);
-            if (q > newest && at(e + BEGUN) != 0) {
+            if (q > newest && at(e + SHAPE_FAILED) != 0) {
                 newest = q;
             }
         }
@@ -205,7 +230,7 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
 
     /** Whether the entry at {@code e} records collective {@code s}: written for it, since {@link #firstSeq}. */
     private boolean holds(int e, long s) {
-        return s >= firstSeq && at(e + SEQ) == s && at(e + BEGUN) != 0;
+        return s >= firstSeq && at(e + SEQ) == s && at(e + SHAPE_FAILED) != 0;
     }
 
     /** {@return where the entry of collective {@code s} begins in the storage, in longs} */
@@ -223,7 +248,23 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
      * @return the recorder, or null when recording is off
      */
     public static FlightRecorder create(int rank, int worldSize, String communicator) {
-        return create(rank, worldSize, communicator, Configuration.FLIGHT_RECORDER_ENTRIES.get());
+        return create(rank, worldSize, communicator, Configuration.FLIGHT_RECORDER_ENTRIES.get(), null);
+    }
+
+    /**
+     * A recorder of {@link Configuration#FLIGHT_RECORDER_ENTRIES} entries whose times come from {@code begun}, how many
+     * collectives the rank has begun (its control plane's next sequence number), read on the ticks' thread; null when
+     * that setting is 0.
+     *
+     * @param rank         this rank
+     * @param worldSize    the group's size
+     * @param communicator the communicator's name, equal on every rank
+     * @param begun        the rank's begun count, safe to read from another thread (an opaque load)
+     * @return the recorder, or null when recording is off
+     */
+    public static FlightRecorder create(int rank, int worldSize, String communicator, LongSupplier begun) {
+        return create(rank, worldSize, communicator, Configuration.FLIGHT_RECORDER_ENTRIES.get(),
+                Objects.requireNonNull(begun, "begun"));
     }
 
     /**
@@ -236,6 +277,11 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
      * @return the recorder, or null
      */
     public static FlightRecorder create(int rank, int worldSize, String communicator, int entries) {
+        return create(rank, worldSize, communicator, entries, null);
+    }
+
+    /** {@link #create(int, int, String, int)} with a begun count, or null for the arrivals {@link #arrived} saw. */
+    private static FlightRecorder create(int rank, int worldSize, String communicator, int entries, LongSupplier begun) {
         if (entries < 0) {
             throw new IllegalArgumentException("flight recorder entries=" + entries + ", expected >= 0 (0 turns"
                     + " it off; fix: pass a count >= 0, or leave it unset)");
@@ -247,7 +293,7 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         if (capacity < entries) {
             capacity <<= 1;
         }
-        return new FlightRecorder(rank, worldSize, communicator, capacity);
+        return new FlightRecorder(rank, worldSize, communicator, capacity, begun);
     }
 
     /** {@return how many entries the ring keeps} */
@@ -288,13 +334,15 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         // a copy of the line; plain: only this rank's thread reads and writes the storage
         d.write(storage, ownLineOffset(d.seq()));
         ownLineWritten(d, operation);
+        // opaque: read by the ticks of a recorder made without a control plane; it publishes nothing
+        ARRIVED_THROUGH.setOpaque(this, Math.max(arrivedThrough, d.seq() + 1));
     }
 
     /**
      * This rank's own descriptor line of collective {@code d.seq()} is in its entry ({@link
      * PadSynchronizer#arrive} wrote it at {@link #ownLineOffset} of {@link #ownLineSegment}, in the entry barrier's
-     * shadow): stamps the entry's own words, 3 plain stores into the line just written (only this rank's thread
-     * reads and writes the storage).
+     * shadow): its name word, one plain store into the line just written (only this rank's thread reads and writes the
+     * storage); no clock, no stamp (the ticks time it).
      *
      * @param d         this rank's descriptor, as written
      * @param operation the collective's name, a constant ("all-reduce")
@@ -304,11 +352,7 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         long at = FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES;
         MemorySegment m = storage;
         int shape = d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
-        // plain stores (one thread), no helper call between (LONG says why)
-        if (STAMPS) {
-            LONG.set(m, at + BEGUN_BYTE, CoarseClock.millis());
-            LONG.set(m, at + ENDED_BYTE, 0L);
-        }
+        // plain store (one thread), no helper call (LONG says why); never 0: the shape's kind is at least 1
         LONG.set(m, at + SHAPE_FAILED_BYTE, shape & SHAPE_MASK | (operation == name0 ? 0L
                 : operation == name1 ? 1L << NAME_SHIFT : nameBits(operation, (int) (s & mask)))); // 2 names inline
     }
@@ -396,38 +440,38 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
     }
 
     /**
-     * Collective {@code s} passed its entry barrier: every rank arrived with the same arguments.
+     * Whether collective {@code s} has its entry: it arrived here (or failed) since {@link #restartAt}.
+     *
+     * @param s a sequence number
+     * @return true when the entry is written for {@code s}
+     */
+    boolean hasEntry(long s) {
+        return holds(entryAt(s), s);
+    }
+
+    /**
+     * Collective {@code s} was seen past its entry barrier: every rank arrived. Not called per collective: the message
+     * and failure paths call it when they find every peer's entry line for {@code s} in this rank's pad ({@link
+     * ControlPlane}), so that a timeout inside the collective shows it STARTED rather than SCHEDULED.
      *
      * @param s its sequence number
      */
     public void started(long s) {
-        // one plain store into the line arrival wrote (an older lap's entry never equals s), no helper call
-        LONG.set(storage, FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES + STARTED_BYTE, s);
+        // one plain store into the line arrival wrote; s + 1, so that a zeroed word never reads as collective 0's (an
+        // older lap's entry never equals it)
+        LONG.set(storage, FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES + STARTED_BYTE, s + 1);
     }
 
     /**
-     * Collective {@code d.seq()} passed its entry barrier with these arguments (the control plane's call): {@link
-     * #started(long)}'s store.
-     *
-     * @param d         its descriptor, as every rank agreed on it
-     * @param operation its name, a constant ("all-reduce")
-     */
-    public void started(OpDescriptorLayout.Descriptor d, String operation) {
-        long s = d.seq(); // started(long)'s store, written out here: one call level less on the hot path
-        LONG.set(storage, FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES + STARTED_BYTE, s);
-    }
-
-    /**
-     * Collective {@code s} returned on this rank; a failed one stays failed.
+     * Collective {@code s} returned on this rank: the completion count moves past it (collectives of one communicator
+     * return in order on its thread); a failed one stays failed (the flag wins when read). One store, the hot path's
+     * second and last.
      *
      * @param s its sequence number
      */
     public void completed(long s) {
-        long at = FlightRecorderLayout.ENTRIES_OFFSET + (s & mask) * ENTRY_BYTES;
-        // plain (one thread), no helper call (LONG says why): the entry is s's, and neither failed nor ended
-        if ((long) LONG.get(storage, at + SEQ_BYTE) == s && (long) LONG.get(storage, at + ENDED_BYTE) == 0) {
-            LONG.set(storage, at + ENDED_BYTE, CoarseClock.millis());
-        }
+        // opaque: read by the ticks on CoarseClock's thread (FlightRecorderTicks); it publishes nothing
+        COMPLETED_THROUGH.setOpaque(this, s + 1);
     }
 
     /** The state of the entry at {@code e} (see the class comment). */
@@ -435,10 +479,10 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
         if ((at(e + SHAPE_FAILED) & FAILED_FLAG) != 0) {
             return State.FAILED;
         }
-        if (at(e + ENDED) != 0) {
-            return State.COMPLETED;
+        if (completedThrough > at(e + SEQ)) {
+            return State.COMPLETED; // plain: this thread wrote it
         }
-        return at(e + STARTED) == at(e + SEQ) ? State.STARTED : State.SCHEDULED;
+        return at(e + STARTED) == at(e + SEQ) + 1 ? State.STARTED : State.SCHEDULED;
     }
 
     /**
@@ -452,11 +496,13 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
      */
     public Path failed(long s, String operation, Throwable reason) {
         int e = entryAt(s);
-        long now = CoarseClock.millis();
+        long now = System.currentTimeMillis(); // the failure path: a clock call is fine here
         if (!holds(e, s)) {
             put(e + SEQ, s);
-            put(e + BEGUN, now);
+            put(e + BEGUN, now); // it never arrived: no tick counts it begun for sure, the failure dates it
             put(e + SHAPE_FAILED, nameBits(operation, (int) (s & mask))); // shape 0: no arguments, it never arrived
+        } else {
+            put(e + BEGUN, 0); // arrived: the ticks date its begin (the word may hold an older lap's failure)
         }
         put(e + SHAPE_FAILED, at(e + SHAPE_FAILED) | FAILED_FLAG);
         put(e + ENDED, now);
@@ -541,20 +587,24 @@ public final class FlightRecorder extends FlightRecorderFields.TailPad {
 
     /** The recorded collectives among the newest {@code n} numbers (at most the ring's capacity), oldest first. */
     private List<Op> ops(int n) {
+        ticks.tick(System.currentTimeMillis()); // this thread's counters as of now: every collective so far has its row
         long last = lastSeq();
         long from = Math.max(firstSeq, last - Math.min(n, capacity()) + 1);
         List<Op> out = new ArrayList<>();
         for (long q = from; q <= last; q++) {
             int i = (int) (q & mask);
             int e = entryAt(q);
-            if (at(e + SEQ) != q || at(e + BEGUN) == 0) {
+            if (at(e + SEQ) != q || at(e + SHAPE_FAILED) == 0) {
                 continue; // began but neither arrived nor failed: not recorded
             }
+            State state = stateOf(e);
+            boolean failed = state == State.FAILED;
+            long begun = failed && at(e + BEGUN) != 0 ? at(e + BEGUN) : ticks.begunMillis(q);
+            long ended = failed ? at(e + ENDED) : state == State.COMPLETED ? ticks.completedMillis(q) : 0;
             int sh = (int) (at(e + SHAPE_FAILED) & SHAPE_MASK);
             boolean hasShape = (sh & 0xff) != 0;
             out.add(new Op(q, nameOf(e, i), sh, hasShape ? at(e + COUNT) : -1, hasShape ? at(e + BYTES) : -1,
-                    hasShape ? at(e + MEMORY_ID) : -1, hasShape ? at(e + MEMORY_OFFSET) : 0, stateOf(e),
-                    at(e + BEGUN), at(e + ENDED)));
+                    hasShape ? at(e + MEMORY_ID) : -1, hasShape ? at(e + MEMORY_OFFSET) : 0, state, begun, ended));
         }
         return out;
     }

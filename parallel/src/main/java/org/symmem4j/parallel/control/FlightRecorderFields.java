@@ -13,8 +13,9 @@ import java.lang.foreign.MemorySegment;
  * gap first. {@code FlightRecorderPlacementTest} reads the offsets and fails if a hot field lies within 128 bytes of
  * the object's start or of the recorder's own fields.
  *
- * <p>On the hot path these fields are read, never written (a new operation name is the exception, once per name);
- * what the recorder writes per collective lies in its storage ({@link FlightRecorderLayout}).
+ * <p>On the hot path these fields are read, and one is written: {@link Hot#completedThrough}, once per collective
+ * (a new operation name writes the name fields, once per name); the rest of what the recorder writes per collective
+ * lies in its storage ({@link FlightRecorderLayout}).
  */
 final class FlightRecorderFields {
 
@@ -63,6 +64,11 @@ final class FlightRecorderFields {
         String name1;
         String name2;
         String name3;
+        /**
+         * How many collectives returned on this rank (the newest's number plus one): written once per collective by
+         * {@code FlightRecorder.completed}, opaque, and read by {@link FlightRecorderTicks} on the clock's thread.
+         */
+        long completedThrough;
 
         Hot(int mask, MemorySegment storage, String[] names) {
             this.mask = mask;

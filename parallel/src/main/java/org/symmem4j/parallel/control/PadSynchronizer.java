@@ -302,6 +302,25 @@ public final class PadSynchronizer implements WaitSubject {
     }
 
     /**
+     * Whether every peer arrived at collective {@code seq}'s entry barrier: its entry line for {@code seq} in this
+     * rank's pad carries the epoch (a peer cannot be two collectives ahead, so the line is still {@code seq}'s).
+     * Message and failure paths only: the flight recorder asks it instead of storing a state per collective.
+     *
+     * @param seq the collective's sequence number
+     * @return true when every peer's descriptor of {@code seq} is here
+     */
+    boolean everyPeerArrived(long seq) {
+        for (int p = 0; p < worldSize; p++) {
+            // acquire: pairs with p's release of its epoch in arrive(), as the wait's own load does
+            if (p != rank && (long) LONG.getAcquire(ownPad, SignalPadLayout.entryLineOffset(p, seq)
+                    + OpDescriptorLayout.EPOCH) < seq + 1) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
      * Whether this rank published its descriptor of collective {@code seq} ({@link #arrive} got past its abort check
      * and wrote the epoch): read from this rank's own entry line in its own pad, which only this thread writes, so
      * the hot path keeps no flag for it. Failure paths only.

@@ -1,24 +1,60 @@
 package org.symmem4j.parallel.trace;
 
+import java.lang.ref.WeakReference;
+import java.util.concurrent.CopyOnWriteArrayList;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 /**
- * Wall-clock milliseconds read from a field that one daemon thread refreshes every millisecond, so a
- * hot path can stamp an event for about a nanosecond (a volatile load) instead of the 15–25 ns of a
- * {@link System#currentTimeMillis()} or {@link System#nanoTime()} call: what lets the flight recorder
- * stay under 1 % of a 450 ns host all-reduce. Agrona's {@code CachedEpochClock} is the same idea;
- * here the refresh thread starts on first use and is shared by the whole JVM.
+ * Wall-clock milliseconds refreshed by one daemon thread every millisecond, and that thread's ticks, which let a hot
+ * path be timed without reading any clock: the thread calls each registered {@link Listener} after every refresh, and
+ * the listener samples the counters a hot path bumps anyway (the flight recorder's collectives, {@code
+ * FlightRecorderTicks}), so a collective is dated by the first tick that saw it, about 1 ms late, for no instruction
+ * of its own. Agrona's {@code CachedEpochClock} is the idea of the field; here the thread starts on first use and is
+ * shared by the whole JVM.
  *
- * <p>Resolution: about 1 ms (more when the machine is loaded and the refresher runs late). Epoch
- * milliseconds, so the dumps of ranks in different JVMs and on different machines line up as far as
- * their clocks do.
+ * <p>Resolution: about 1 ms (more when the machine is loaded and the refresher runs late). Epoch milliseconds, so the
+ * dumps of ranks in different JVMs and on different machines line up as far as their clocks do.
  */
 public final class CoarseClock {
 
+    /**
+     * Called by the refresher thread after each refresh, off every rank's thread. Listeners are held weakly: one that
+     * nothing else references is dropped, so a listener owned by a communicator goes with it.
+     */
+    @FunctionalInterface
+    public interface Listener {
+        /**
+         * One tick.
+         *
+         * @param nowMillis the wall clock just read, epoch milliseconds
+         */
+        void tick(long nowMillis);
+    }
+
+    private static final Logger LOG = LoggerFactory.getLogger(CoarseClock.class);
+    private static final CopyOnWriteArrayList<WeakReference<Listener>> LISTENERS = new CopyOnWriteArrayList<>();
     private static volatile long nowMillis = System.currentTimeMillis();
 
     static {
         Thread refresher = Thread.ofPlatform().daemon().name("symmem4j-coarse-clock").unstarted(() -> {
             while (true) {
-                nowMillis = System.currentTimeMillis();
+                long now = System.currentTimeMillis();
+                nowMillis = now;
+                for (WeakReference<Listener> ref : LISTENERS) {
+                    Listener l = ref.get();
+                    if (l == null) {
+                        LISTENERS.remove(ref);
+                        continue;
+                    }
+                    try {
+                        l.tick(now);
+                    } catch (RuntimeException | Error e) {
+                        // a listener that throws would throw every millisecond: dropped once, said once
+                        LISTENERS.remove(ref);
+                        LOG.warn("{} threw and no longer receives ticks: {}", l, e.toString());
+                    }
+                }
                 try {
                     Thread.sleep(1);
                 } catch (InterruptedException e) {
@@ -35,5 +71,15 @@ public final class CoarseClock {
     /** {@return epoch milliseconds as of the last refresh (at most about 1 ms old)} */
     public static long millis() {
         return nowMillis;
+    }
+
+    /**
+     * Registers {@code listener} for every tick from now on, weakly held (keep a reference to it as long as it
+     * should tick).
+     *
+     * @param listener what to call
+     */
+    public static void addListener(Listener listener) {
+        LISTENERS.add(new WeakReference<>(java.util.Objects.requireNonNull(listener, "listener")));
     }
 }

@@ -6,12 +6,16 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.CollectiveMismatchException;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Descriptor;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 import org.symmem4j.parallel.group.InJvmWorld;
@@ -94,5 +98,36 @@ class ControlPlaneTest {
         });
         assertEquals(List.of("pad while on=false off=true; all-reduce#0 COMPLETED",
                 "pad while on=false off=true; all-reduce#0 COMPLETED"), perRank);
+    }
+
+    /**
+     * Nothing records per collective that its entry barrier passed (the flight recorder's ticks, issue #36): a timeout
+     * inside the collective, after every rank arrived, still says STARTED, found on the message path from the pads,
+     * and one at the entry barrier says SCHEDULED.
+     */
+    @Test
+    void aTimeoutPastTheEntryBarrierShowsTheCollectiveStartedInTheRecorder() throws Exception {
+        CountDownLatch rank0Failed = new CountDownLatch(1);
+        GroupOptions shortWaits = GroupOptions.defaults().withTimeout(Duration.ofMillis(800));
+        List<String> perRank = InJvmWorld.runOnEveryRank(2, shortWaits, group -> {
+            try (ControlPlane control = ControlPlane.open(group, group.hostTransport())) {
+                long s = control.begin("all-reduce");
+                control.enter(new Descriptor().set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
+                        Algorithm.TWO_SHOT.ordinal(), -1, 64, 256, -1, 0, 0, Problem.NONE));
+                if (group.rank() == 1) {
+                    // never reaches the collective's second barrier: rank 0 times out there, past the entry
+                    assertTrue(rank0Failed.await(30, TimeUnit.SECONDS));
+                    return "";
+                }
+                try {
+                    PeerTimeoutException e = assertThrows(PeerTimeoutException.class,
+                            () -> control.sync().barrier("all-reduce mid"));
+                    return e.getMessage();
+                } finally {
+                    rank0Failed.countDown();
+                }
+            }
+        });
+        assertTrue(perRank.get(0).contains("this rank's last collectives: all-reduce#0 STARTED"), perRank.get(0));
     }
 }

@@ -29,7 +29,10 @@ import org.symmem4j.parallel.trace.Json;
  * collectives and the dump's records in {@code golden/flight-recorder-sequence.txt}. The golden file is what the heap
  * array of 64-byte entries, the plainest of the recorder's earlier layouts, recorded for this sequence (captured on
  * 2026-11-30, before that layout was removed; the own-line layout recorded the same then, in
- * FlightRecorderPaddingTest): the own-line entries must keep recording it.
+ * FlightRecorderPaddingTest): the own-line entries must keep recording it. One record changed since, with the ticks
+ * (2026-11-30: a collective's return is a completion count, not a stamp in its entry, FlightRecorderTicks): all-reduce#8,
+ * which arrived and never returned before #9 began and returned, now reads COMPLETED with an end, since a later
+ * collective's return counts every earlier one returned (in a real run #8 returns before #9 begins).
  */
 class FlightRecorderGoldenTest {
 

@@ -11,6 +11,8 @@ import java.lang.foreign.ValueLayout;
 import java.lang.reflect.Field;
 import java.lang.reflect.Method;
 import java.lang.reflect.Modifier;
+import java.util.List;
+import java.util.Map;
 import org.junit.jupiter.api.Test;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.DType;
@@ -18,6 +20,7 @@ import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Descriptor;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
+import org.symmem4j.parallel.trace.Json;
 
 /**
  * Where the flight recorder keeps what it writes per collective (issue #36): a page-aligned segment whose entries
@@ -53,9 +56,9 @@ class FlightRecorderPlacementTest {
         assertEquals(21, storage.get(ValueLayout.JAVA_LONG, entry + 8)); // SEQ
         assertEquals(256, storage.get(ValueLayout.JAVA_LONG, entry + 40)); // COUNT
         assertEquals(1024, storage.get(ValueLayout.JAVA_LONG, entry + 48)); // BYTES
-        assertTrue(storage.get(ValueLayout.JAVA_LONG, entry + 80) > 0, "BEGUN stamped");
-        assertEquals(0, storage.get(ValueLayout.JAVA_LONG, entry + 88)); // ENDED: not yet
-        assertEquals(21, storage.get(ValueLayout.JAVA_LONG, entry + 96)); // STARTED: the barrier passed
+        assertEquals(0, storage.get(ValueLayout.JAVA_LONG, entry + 80), "BEGUN: not stamped per collective");
+        assertEquals(0, storage.get(ValueLayout.JAVA_LONG, entry + 88), "ENDED: not stamped per collective");
+        assertEquals(22, storage.get(ValueLayout.JAVA_LONG, entry + 96)); // STARTED: the barrier passed (seq + 1)
         // no counter is written per collective: nothing but the entry was written (the head page stays zero)
         for (long at = 0; at < storage.byteSize(); at += Long.BYTES) {
             boolean written = at >= entry && at < entry + 128;
@@ -66,8 +69,15 @@ class FlightRecorderPlacementTest {
         assertEquals("all-reduce#21 STARTED", r.lastOps(1));
         assertEquals(22, r.recorded()); // numbers 0-21 since the recorder began, as before: the ring holds #21
         r.completed(21);
-        assertTrue(storage.get(ValueLayout.JAVA_LONG, entry + 88) > 0, "ENDED stamped");
+        assertEquals(0, storage.get(ValueLayout.JAVA_LONG, entry + 88), "ENDED: the ticks date it, not a stamp");
         assertEquals("all-reduce#21 COMPLETED", r.lastOps(1));
+        @SuppressWarnings("unchecked")
+        Map<String, Object> op = ((List<Map<String, Object>>) ((Map<String, Object>) Json.parse(r.toJson("x")))
+                .get("ops")).getLast();
+        long now = System.currentTimeMillis();
+        double begun = (Double) op.get("begunMillis");
+        double ended = (Double) op.get("endedMillis");
+        assertTrue(begun > now - 60_000 && begun <= ended && ended <= now, op.toString()); // dated by the ticks
         assertTrue(r.placement().startsWith("recorder own-line at 0x") && r.placement().contains("(page offset 0,"),
                 r.placement());
     }
