@@ -46,13 +46,6 @@ final class PayloadCopy {
      * ({@code -Dsymmem4j.ring.headerLineFirst=false}); see the class comment.
      */
     static final boolean HEADER_LINE_FIRST = headerLineFirst(System.getProperty("symmem4j.ring.headerLineFirst"));
-    /**
-     * Whether {@code offer}'s common message takes its in-line path (the copy in offer's own code, the default), or,
-     * with the benchmark control {@code -Dsymmem4j.bench.ring.offerOutOfLine=true}, the general path that copies via
-     * {@link #copy}, as every offer did before 2026-11-30 (bench/results/2026-11-30-ring-offer-size.md): the same run
-     * can then pair the two ({@code RingPairedSuite --control}). Read once; the JIT folds it.
-     */
-    static final boolean OFFER_IN_LINE = !Boolean.getBoolean("symmem4j.bench.ring.offerOutOfLine");
 
     private PayloadCopy() {
     }

@@ -267,8 +267,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         // header-line-last order) takes offerOutOfLine, which refuses and claims as offer always did. First the
         // arguments and the rank, before src is touched (a null src with a bad length is refused for the length)
         common:
-        if (PayloadCopy.OFFER_IN_LINE && PayloadCopy.HEADER_LINE_FIRST && length > 0
-                && (maxPayload - length | msgTypeId | msgTypeId - 1 | notProducer | address) >= 0) {
+        if (PayloadCopy.HEADER_LINE_FIRST && length > 0 && (maxPayload - length | msgTypeId | msgTypeId - 1
+                | notProducer | address) >= 0) {
             // then the source's bounds (offset >= 0; length <= maxPayload, so end is exact or overflows to negative)
             // and reserve's room: no padding before the ring's end, room by the cached HEAD (one-to-one: for the
             // header word after the record too)
