@@ -107,8 +107,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     private final boolean producerHere;
     /** Whether this rank polls. */
     private final boolean consumerHere;
-    /** 0 where this rank may offer ({@link #producerHere}), -1 where not: a sign for offer's one test. */
-    private final int notProducer;
 
     /** Producer side: the last HEAD read, so that a producer reads the consumer's line only when it must. */
     private long headCache;
@@ -147,7 +145,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         this.trailingHeaderBytes = kind == Kind.ONE_TO_ONE ? RECORD_HEADER_BYTES : 0;
         this.producerHere = kind == Kind.MANY_TO_ONE || rank == producer;
         this.consumerHere = rank == consumer;
-        this.notProducer = producerHere ? 0 : -1;
         // a fresh ring (creation formats it): both positions start at 0 on every rank
         this.tailPosition = RingBufferLayout.tailPlain(ring);
         this.headPosition = RingBufferLayout.headPlain(ring);
@@ -259,62 +256,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
      * @throws IllegalStateException on a rank that is not this ring's producer
      */
     public boolean offer(int msgTypeId, MemorySegment src, long offset, int length) {
-        long address = ringAddress;
-        // the common message in offer's own code, the copy included, compiled small enough (below InlineSmallCode) to be
-        // inlined into a producer's loop (bench/results/2026-11-30-ring-offer-size.md): the general path's checks as
-        // sign tests, few branches and so few uncommon traps; then the claim, the copy and the commit by address.
-        // Anything else (a refusal, the wrap, a full-looking ring, a lost CAS, no address, an empty payload, the
-        // header-line-last order) takes offerOutOfLine, which refuses and claims as offer always did. First the
-        // arguments and the rank, before src is touched (a null src with a bad length is refused for the length)
-        common:
-        if (PayloadCopy.HEADER_LINE_FIRST && length > 0 && (maxPayload - length | msgTypeId | msgTypeId - 1
-                | notProducer | address) >= 0) {
-            // then the source's bounds (offset >= 0; length <= maxPayload, so end is exact or overflows to negative)
-            // and reserve's room: no padding before the ring's end, room by the cached HEAD (one-to-one: for the
-            // header word after the record too)
-            long end = offset + length;
-            int required = (length + RECORD_HEADER_BYTES + RECORD_ALIGNMENT - 1) & -RECORD_ALIGNMENT;
-            long tail = tailPosition;
-            int index = (int) tail & mask;
-            if ((offset | end | src.byteSize() - end | capacity - index - required
-                    | capacity - (tail - headCache) - required - trailingHeaderBytes) >= 0) {
-                long next = tail + required;
-                if (kind == Kind.ONE_TO_ONE) {
-                    // reserve's one-to-one stores, in its order (see there): the next header word, TAIL, then this
-                    // record's header line (the 0 it holds: a plain store that publishes nothing)
-                    RingBufferLayout.zeroRecordHeaderAt(address, (index + required) & mask);
-                    tailPosition = next;
-                    // release: the producer's own position (read by size() only; the consumer follows headers)
-                    RingBufferLayout.tailReleaseAt(address, next);
-                    RingBufferLayout.zeroRecordHeaderAt(address, index);
-                } else {
-                    // volatile CAS, the linearization point of the claim, as in reserve; a lost one takes the general
-                    // path from the TAIL it found (which it pairs with the winner's CAS)
-                    long found = RingBufferLayout.tailCompareAndExchangeAt(address, tail, next);
-                    if (found != tail) {
-                        tailPosition = found;
-                        break common; // one call site of the general path, not two
-                    }
-                    tailPosition = next;
-                    // release: orders the mark after the claim (see markRecordInProgress)
-                    RingBufferLayout.markRecordInProgressAt(address, index, length + RECORD_HEADER_BYTES, rank);
-                }
-                // the payload from its first byte up, one copy: plain stores, published by the commit below
-                RingBufferLayout.copyPayloadAt(src, offset, address, index + RECORD_HEADER_BYTES, length);
-                // release: publishes the payload to the consumer's acquire of the header word
-                RingBufferLayout.commitRecordAt(address, index, length + RECORD_HEADER_BYTES, msgTypeId);
-                return true;
-            }
-        }
-        return offerOutOfLine(msgTypeId, src, offset, length);
-    }
-
-    /**
-     * The general offer: refuses bad arguments with their reasons, claims room whatever the ring's state (the wrap, a
-     * full-looking ring, another producer's claim first, memory without an address or closed), copies in
-     * {@link PayloadCopy}'s order and commits. Out of {@link #offer}'s line, so that offer stays small.
-     */
-    private boolean offerOutOfLine(int msgTypeId, MemorySegment src, long offset, int length) {
         checkOffer(msgTypeId, length);
         // before the claim: a copy that failed after it would leave a claimed record that is never committed
         Objects.checkFromIndexSize(offset, length, src.byteSize());

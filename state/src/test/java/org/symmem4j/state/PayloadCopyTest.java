@@ -68,53 +68,6 @@ class PayloadCopyTest {
         }
     }
 
-    /**
-     * offer's copy in its own code ({@link RingBufferLayout#copyPayloadAt}, every payload of at least one byte on a ring
-     * with an address): every length at every 8-aligned place, from a byte array, an array slice and native memory.
-     */
-    @Test
-    void offersCopyByAddressArrivesExactly() {
-        SplittableRandom random = new SplittableRandom(34);
-        byte[] source = new byte[MAX_LENGTH + 16];
-        int dataBytes = 2 * RingBufferLayout.CACHE_LINE_BYTES + MAX_LENGTH + GUARD;
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment ring = arena.allocate(RingBufferLayout.DATA_OFFSET + dataBytes, 4096);
-            MemorySegment data = ring.asSlice(RingBufferLayout.DATA_OFFSET, dataBytes);
-            MemorySegment nativeSource = arena.allocate(source.length);
-            long address = RingBufferLayout.address(ring);
-            assertEquals(ring.address(), address, "a page-aligned native ring has its address");
-            for (int at = RingBufferLayout.RECORD_HEADER_BYTES; at < 2 * RingBufferLayout.CACHE_LINE_BYTES;
-                 at += RingBufferLayout.RECORD_ALIGNMENT) {
-                for (int length = 1; length <= MAX_LENGTH; length++) {
-                    for (int from = 0; from < 3; from++) {
-                        random.nextBytes(source);
-                        int offset = 5 + from;
-                        MemorySegment src = switch (from) {
-                            case 0 -> MemorySegment.ofArray(source);
-                            case 1 -> nativeSource.copyFrom(MemorySegment.ofArray(source));
-                            default -> MemorySegment.ofArray(source).asSlice(2);
-                        };
-                        data.fill(FILL);
-                        RingBufferLayout.copyPayloadAt(src, from == 2 ? offset - 2 : offset, address, at, length);
-                        check(data, at, length, source, offset, "at=" + at + " length=" + length + " source=" + from
-                                + " (copyPayloadAt)");
-                    }
-                }
-            }
-        }
-    }
-
-    /** A ring the accesses by address cannot mask without changing its address takes the checked accesses. */
-    @Test
-    void aMisalignedOrHeapRingHasNoAddress() {
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment page = arena.allocate(4096, 4096);
-            assertEquals(page.address() + 8, RingBufferLayout.address(page.asSlice(8)));
-            assertEquals(-1, RingBufferLayout.address(page.asSlice(4)));
-            assertEquals(-1, RingBufferLayout.address(MemorySegment.ofArray(new byte[64])));
-        }
-    }
-
     @Test
     void theOrderPropertyTakesTrueOrFalseAndRefusesAnythingElse() {
         assertTrue(PayloadCopy.headerLineFirst(null));

@@ -384,9 +384,8 @@ public final class RingBufferLayout {
     private static final MemorySegment EVERYTHING = MemorySegment.NULL.reinterpret(Long.MAX_VALUE);
 
     /**
-     * The base address of {@code ring} for the {@code ...At} accesses below, or -1 where it has none (a heap segment)
-     * or one they cannot mask without changing it (not 8-aligned, or not below 2<sup>59</sup>: see {@link #ADDRESS_BITS};
-     * a mapped ring's is neither): the caller then keeps to the checked accesses. The caller must use an address only while {@code ring} is mapped
+     * The base address of {@code ring} for the {@code ...At} accesses below, or -1 where it has none (a heap segment):
+     * the caller then keeps to the checked accesses. The caller must use an address only while {@code ring} is mapped
      * (it checks {@link MemorySegment.Scope#isAlive()} before a sequence of accesses, from the one thread that may
      * close it, or, as {@code SymmetricRingBuffer}, owns the memory and forgets the address when it closes it) and only
      * at the offsets of this layout, inside {@link #totalBytes} (verified at creation).
@@ -395,47 +394,7 @@ public final class RingBufferLayout {
      * @return its address, or -1
      */
     public static long address(MemorySegment ring) {
-        return ring.isNative() && (ring.address() & ~ADDRESS_BITS) == 0 ? ring.address() : -1;
-    }
-
-    /**
-     * The bits a ring's {@link #address} may have: 8-aligned, below 2<sup>59</sup> (every user-space address of x86-64,
-     * five-level paging included, and of aarch64). {@link #at} masks the address of an access with it, a no-op for such
-     * an address, so that C2 knows the address's range and alignment and folds the all-of-memory segment's bounds and
-     * alignment checks: without it each access by address compiled to two compare-and-branches and two uncommon traps
-     * (about 80 bytes), which kept {@code offer} too big to hold its payload copy and still be inlined.
-     */
-    private static final long ADDRESS_BITS = 0x07FF_FFFF_FFFF_FFF8L;
-
-    /** An 8-aligned word of a ring at its {@link #address}: see {@link #ADDRESS_BITS}. */
-    private static long at(long ringAddress, long offset) {
-        return (ringAddress + offset) & ADDRESS_BITS;
-    }
-
-    /** A byte of a ring at its {@link #address}, any alignment: the bounds check folds, the alignment is the caller's. */
-    private static long byteAt(long ringAddress, long offset) {
-        return (ringAddress + offset) & (ADDRESS_BITS | 7);
-    }
-
-    /**
-     * Copies {@code length} bytes of {@code src} from {@code srcOffset} into the data ring at a ring's {@link #address},
-     * from the first byte up, in one {@code MemorySegment.copy} of its element form (the JDK's copy stub whatever the
-     * length: no copy loop of its own below 64 bytes, as its plain form has): plain stores, published by the record's
-     * {@link #commitRecordAt} after them. The source's checks are {@code MemorySegment.copy}'s own (its liveness and
-     * confinement too); the destination's fold (see {@link #ADDRESS_BITS}).
-     *
-     * @param src         the bytes
-     * @param srcOffset   where they start in {@code src}
-     * @param ringAddress the ring's address
-     * @param dataOffset  byte offset in the data ring, inside a record this producer claimed
-     * @param length      bytes, at least 1 (the caller takes an empty payload elsewhere)
-     */
-    public static void copyPayloadAt(MemorySegment src, long srcOffset, long ringAddress, int dataOffset, int length) {
-        // the same length, written so that C2 knows it is positive: the copy's checks of a count (not negative, not
-        // zero) fold
-        long bytes = Math.max(1, length);
-        MemorySegment.copy(src, ValueLayout.JAVA_BYTE, srcOffset, EVERYTHING, ValueLayout.JAVA_BYTE,
-                byteAt(ringAddress, DATA_OFFSET + dataOffset), bytes);
+        return ring.isNative() ? ring.address() : -1;
     }
 
     /**
@@ -447,7 +406,7 @@ public final class RingBufferLayout {
      * @return the tail found: {@code expected} on success
      */
     public static long tailCompareAndExchangeAt(long ringAddress, long expected, long value) {
-        return (long) LONG.compareAndExchange(EVERYTHING, at(ringAddress, TAIL_OFFSET), expected, value);
+        return (long) LONG.compareAndExchange(EVERYTHING, ringAddress + TAIL_OFFSET, expected, value);
     }
 
     /**
@@ -460,7 +419,7 @@ public final class RingBufferLayout {
      */
     public static void markRecordInProgressAt(long ringAddress, int index, int length, int rank) {
         // release: orders the mark after the claim; nothing reads data because of it (the consumer skips or waits)
-        LONG.setRelease(EVERYTHING, at(ringAddress, DATA_OFFSET + index), headerWord(-length, rank));
+        LONG.setRelease(EVERYTHING, ringAddress + DATA_OFFSET + index, headerWord(-length, rank));
     }
 
     /**
@@ -473,7 +432,7 @@ public final class RingBufferLayout {
      */
     public static void commitRecordAt(long ringAddress, int index, int length, int type) {
         // release: publishes the payload written before it to the consumer's acquire of the header word
-        LONG.setRelease(EVERYTHING, at(ringAddress, DATA_OFFSET + index), headerWord(length, type));
+        LONG.setRelease(EVERYTHING, ringAddress + DATA_OFFSET + index, headerWord(length, type));
     }
 
     /**
@@ -485,7 +444,7 @@ public final class RingBufferLayout {
      * @return the header word
      */
     public static long recordHeaderAcquireAt(long ringAddress, int index) {
-        return (long) LONG.getAcquire(EVERYTHING, at(ringAddress, DATA_OFFSET + index));
+        return (long) LONG.getAcquire(EVERYTHING, ringAddress + DATA_OFFSET + index);
     }
 
     /**
@@ -496,7 +455,7 @@ public final class RingBufferLayout {
      * @param index       byte index of the header word, 8-aligned, below the capacity
      */
     public static void zeroRecordHeaderAt(long ringAddress, int index) {
-        LONG.set(EVERYTHING, at(ringAddress, DATA_OFFSET + index), 0L);
+        LONG.set(EVERYTHING, ringAddress + DATA_OFFSET + index, 0L);
     }
 
     /**
@@ -507,7 +466,7 @@ public final class RingBufferLayout {
      */
     public static void tailReleaseAt(long ringAddress, long value) {
         // release: the one producer's position, read by size()'s acquire of TAIL
-        LONG.setRelease(EVERYTHING, at(ringAddress, TAIL_OFFSET), value);
+        LONG.setRelease(EVERYTHING, ringAddress + TAIL_OFFSET, value);
     }
 
     /**
@@ -519,7 +478,7 @@ public final class RingBufferLayout {
      */
     public static void headReleaseAt(long ringAddress, long value) {
         // release: publishes the room before it as free to the producers' acquire of HEAD
-        LONG.setRelease(EVERYTHING, at(ringAddress, HEAD_OFFSET), value);
+        LONG.setRelease(EVERYTHING, ringAddress + HEAD_OFFSET, value);
     }
 
     /**
@@ -531,7 +490,7 @@ public final class RingBufferLayout {
      * @param value       the bytes, in native order
      */
     public static void putPayloadLongAt(long ringAddress, long dataOffset, long value) {
-        EVERYTHING.set(ValueLayout.JAVA_LONG_UNALIGNED, byteAt(ringAddress, DATA_OFFSET + dataOffset), value);
+        EVERYTHING.set(ValueLayout.JAVA_LONG_UNALIGNED, ringAddress + DATA_OFFSET + dataOffset, value);
     }
 
     /**
