@@ -11,9 +11,8 @@ import java.nio.ByteOrder;
 import org.symmem4j.parallel.layout.RingBufferLayout;
 
 /**
- * How a ring producer copies a payload into the record it claimed, and in which order of cache lines: the copy of
- * {@link SymmetricRingBuffer#offer}'s general path (its common message copies in {@code offer}'s own code, with
- * {@code RingBufferLayout.copyPayloadAt}, the header line first). The consumer spins on the line of the record's header word, so that line has to move to the
+ * How a ring producer copies a payload into the record it claimed ({@link SymmetricRingBuffer#offer}), and in which
+ * order of cache lines. The consumer spins on the line of the record's header word, so that line has to move to the
  * producer for writing once per message whatever the order; the order decides when its fetch starts. Two orders:
  * <ul>
  *   <li><b>header line first</b> ({@link #HEADER_LINE_FIRST}, the default), Agrona 2.6's: the producer stores to the

@@ -41,7 +41,7 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * FlightRecorderTicks}, which samples how many collectives the rank has begun and completed once a millisecond on
  * {@link CoarseClock}'s thread. The stamps this replaced (a clock read and two stores at arrival, a store at the
  * verdict, a guarded stamp at return) cost 12 ns of a 1 KiB one-shot all-reduce (1.2 %) that the entry alone did not
- * ({@code bench/results/2026-11-30-recorder-ticks-32core.md}). By long index:
+ * ({@code bench/results/2026-11-30-recorder-ticks.md}). By long index:
  * <pre>
  *  slot = seq &amp; (capacity - 1); entry at byte {@link FlightRecorderLayout#ENTRIES_OFFSET} + 128 * slot of the segment
  *  [0]     SHAPE_FAILED  (the descriptor's epoch word, never written into an entry by arrive(); the recorder's):

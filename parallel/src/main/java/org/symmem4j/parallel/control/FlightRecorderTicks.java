@@ -11,7 +11,7 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * machine is loaded and the ticks run late), the resolution the entries had when the rank stamped them itself from
  * {@link CoarseClock#millis()}, at no instruction of the rank's. Measured: the stamps, a clock read and two stores per
  * collective, cost about 12 ns of a 1 KiB one-shot all-reduce (1.2 %) that the entry without them did not
- * ({@code bench/results/2026-11-30-recorder-ticks-32core.md}).
+ * ({@code bench/results/2026-11-30-recorder-ticks.md}).
  *
  * <pre>
  *  row r (of the newest {@code capacity}, a ring):  millis[r]  begun[r]  completed[r]
