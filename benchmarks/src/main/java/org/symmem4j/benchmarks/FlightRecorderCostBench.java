@@ -460,7 +460,7 @@ public final class FlightRecorderCostBench {
             return md.toString();
         }
         md.append(String.format(Locale.ROOT, "- recordOneCollective %.2f ns/op, baseline %.2f ns/op: %.2f ns per collective"
-                + " (arrived, started, completed)%n", record, baseline, perCollective));
+                + " (the entry's name word at arrival, the completion count at return)%n", record, baseline, perCollective));
         if (!Double.isNaN(offForOps)) {
             md.append(String.format(Locale.ROOT, "- against the fastest recorder-off all-reduce above (%.1f ns): %.2f %%%n",
                     offForOps, 100 * perCollective / offForOps));

@@ -8,8 +8,8 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * how many collectives the rank has begun and how many it has completed (counters the hot path keeps anyway, or with
  * one plain store), and keeps a row (epoch ms, begun, completed) whenever either moved. A collective's begin is then the
  * first row that counts it begun, its end the first row that counts it completed: about 1 ms late (more when the
- * machine is loaded and the ticks run late), the resolution the entries had when the rank stamped them itself from
- * {@link CoarseClock#millis()}, at no instruction of the rank's. Measured: the stamps, a clock read and two stores per
+ * machine is loaded and the ticks run late), the resolution the entries had when the rank stamped them itself from a
+ * field that thread refreshed, at no instruction of the rank's. Measured: the stamps, a clock read and two stores per
  * collective, cost about 12 ns of a 1 KiB one-shot all-reduce (1.2 %) that the entry without them did not
  * ({@code bench/results/2026-11-30-recorder-ticks.md}).
  *
