@@ -46,7 +46,7 @@ final class FlightRecorderTicks implements CoarseClock.Listener {
     FlightRecorderTicks(LongSupplier begun, LongSupplier completed, int entries) {
         this.begun = begun;
         this.completed = completed;
-        int capacity = Integer.highestOneBit(Math.max(64, 4 * entries - 1)) << 1;
+        int capacity = Integer.highestOneBit(Math.max(64, 4 * entries) - 1) << 1; // a power of two, at least 4 per entry
         this.mask = capacity - 1;
         this.millis = new long[capacity];
         this.begunAt = new long[capacity];
