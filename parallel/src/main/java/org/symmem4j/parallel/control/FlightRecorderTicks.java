@@ -91,11 +91,6 @@ final class FlightRecorderTicks implements CoarseClock.Listener {
         return firstReaching(completedAt, s + 1);
     }
 
-    /** {@return how many collectives the latest row counts completed (a tick just taken: all of them)} */
-    synchronized long completedCount() {
-        return rows == 0 ? 0 : Math.max(0, lastCompleted);
-    }
-
     /** The time of the first row whose count reaches {@code n}, by binary search (counts never go down). */
     private long firstReaching(long[] counts, long n) {
         long oldest = Math.max(0, rows - (mask + 1));
