@@ -68,8 +68,10 @@
 #   map     MapBenchmark: get/put ops/s and latency percentiles at 2 and 4 processes, symmem4j's SymmetricHashMap
 #           against Chronicle Map persisted to /dev/shm and ConcurrentHashMap in one JVM (~3.5 min)
 #   cache   ParameterCacheBenchmark: lookup latency against a ConcurrentHashMap of segments (~20 s)
-#   switch  ParameterCacheSwitchBench: a 100 MB entry swapped 40 times, the switch as a reader on another rank sees
-#           it, against that reader copying the entry (~15 s)
+#   switch  ParameterCacheSwitchBench: a 100 MB entry swapped SWAPS (400) times after 10 not measured, the switch as
+#           a reader on another rank sees it (it polls the version, which allocates nothing), against that reader
+#           copying the entry; ranks as threads of one JVM, then as two JVMs; owner and reader pinned to two cores
+#           (SWITCH_CPUS, default from lscpu; none pins nothing); switch.md and switch-processes.md (~30 s)
 #   recorder FlightRecorderCostBench (issue #36): the flight recorder's cost in a 1 KiB all-reduce on one communicator
 #           per rank whose recorder is switched off and on between 40 ms blocks (FlightRecorderPairedBenchmark, 2 and 4
 #           ranks, ONE_SHOT and TWO_SHOT, 2 forks x 200 pairs; RECORDER_ARGS replaces its arguments), and its calls
@@ -246,9 +248,16 @@ for step in "${steps[@]}"; do
     cache) jmh cache "${CACHE_LIMIT:-40}" 'org.symmem4j.benchmarks.ParameterCacheBenchmark' || rc=1 ;;
     switch)
       echo "== switch at ${SECONDS}s" | tee -a summary.txt
-      timeout -k 10 "${SWITCH_LIMIT:-40}" "${java[@]}" org.symmem4j.benchmarks.ParameterCacheSwitchBench \
-        --bytes 100000000 --swaps "${SWAPS:-40}" --out "$out/switch.md" > switch.txt 2>&1 || rc=1
-      cat switch.txt >> summary.txt ;;
+      cpus=${SWITCH_CPUS-$(pick_cpus 2 2)}
+      [ "$cpus" = none ] && cpus=
+      for mode in threads processes; do
+        md=switch; [ $mode = processes ] && md=switch-processes
+        # shellcheck disable=SC2086
+        timeout -k 10 "${SWITCH_LIMIT:-90}" "${java[@]}" ${cpus:+-Dsymmem4j.bench.cpus=$cpus} \
+          org.symmem4j.benchmarks.ParameterCacheSwitchBench --bytes 100000000 --swaps "${SWAPS:-400}" \
+          $([ $mode = processes ] && echo --processes) --out "$out/$md.md" > "$md.txt" 2>&1 || rc=1
+        cat "$md.txt" >> summary.txt
+      done ;;
     recorder)
       cpus=${RECORDER_CPUS-$(pick_cpus 4 4)}
       [ "$cpus" = none ] && cpus=

@@ -19,6 +19,7 @@ import picocli.CommandLine.Parameters;
  *   BenchPeer ring &lt;capacity&gt; &lt;kind&gt; &lt;files&gt;   ({@link RingBenchmark})
  *   BenchPeer ringfill &lt;capacity&gt; &lt;kind&gt; &lt;files&gt;   ({@link RingFillBenchmark})
  *   BenchPeer map 0 &lt;kind&gt; &lt;file&gt;                ({@link MapBenchmark})
+ *   BenchPeer switch &lt;bytes&gt; &lt;versions&gt;          ({@link ParameterCacheSwitchBench} --processes)
  * </pre>
  */
 public final class BenchPeer {
@@ -28,6 +29,7 @@ public final class BenchPeer {
     static final String RING = "ring";
     static final String RING_FILL = "ringfill";
     static final String MAP = "map";
+    static final String SWITCH = "switch";
 
     private BenchPeer() {
     }
@@ -36,13 +38,13 @@ public final class BenchPeer {
             description = "Rank 1 of the process benchmarks, started by the JMH benchmark itself with torchrun's"
                     + " variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) set; not meant to be run by hand.")
     static final class Flags {
-        @Parameters(index = "0", paramLabel = "WORKLOAD", description = "allreduce or handoff")
+        @Parameters(index = "0", paramLabel = "WORKLOAD", description = "allreduce, handoff, ring, ringfill, map or switch")
         String workload;
-        @Parameters(index = "1", paramLabel = "BYTES", description = "message bytes")
+        @Parameters(index = "1", paramLabel = "BYTES", description = "message bytes (switch: the entry's bytes)")
         long bytes;
         @Parameters(index = "2", paramLabel = "VARIANT",
                 description = "allreduce: the algorithm (ONE_SHOT, TWO_SHOT, RING); handoff: the waits (BACKOFF, SPIN);"
-                        + " ring, ringfill: KIND or KIND+AGAINST (paired mode)")
+                        + " ring, ringfill: KIND or KIND+AGAINST (paired mode); switch: the versions to wait for")
         String variant;
         @Parameters(index = "3", arity = "0..1", paramLabel = "FILES",
                 description = "ring, ringfill: the path prefix of Agrona's ring files (and ringfill's pacing file), or"
@@ -59,8 +61,9 @@ public final class BenchPeer {
                 case RING -> RingPair.lanes(flags.variant);
                 case RING_FILL -> RingFillBenchmark.parseVariant(flags.variant);
                 case MAP -> SharedMapPair.Kind.valueOf(flags.variant);
+                case SWITCH -> Cli.positive("versions", Integer.parseInt(flags.variant));
                 default -> throw new IllegalArgumentException("unknown benchmark peer workload=" + flags.workload
-                        + " expected=" + ALL_REDUCE + ", " + HANDOFF + ", " + RING + ", " + RING_FILL + " or " + MAP
+                        + " expected=" + ALL_REDUCE + ", " + HANDOFF + ", " + RING + ", " + RING_FILL + ", " + MAP + " or " + SWITCH
                         + " (fix: BenchPeer is started by the benchmarks themselves; pass one of those)");
             }
             return flags;
@@ -79,6 +82,11 @@ public final class BenchPeer {
                     RingPair.serve(RingPair.lanes(f.variant), group, (int) f.bytes, java.nio.file.Path.of(f.files));
                 } catch (java.io.IOException e) {
                     throw new java.io.UncheckedIOException(e);
+                }
+            }
+            case SWITCH -> {
+                try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
+                    ParameterCacheSwitchBench.reader(group, f.bytes, Integer.parseInt(f.variant));
                 }
             }
             case RING_FILL -> {

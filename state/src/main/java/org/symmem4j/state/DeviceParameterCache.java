@@ -281,6 +281,21 @@ public final class DeviceParameterCache implements AutoCloseable {
         return lookup(owner, name, nameBytes, ParameterCache.hash(nameBytes));
     }
 
+    /**
+     * The current version of {@code name} in rank {@code owner}'s part, read without making a view (host loads
+     * only): what a reader waiting for a hot swap polls, calling {@link #get(int, String)} once the version changed.
+     * Allocates nothing when called with the same name as the previous call; does not count as a use for the owner's
+     * LRU order.
+     *
+     * @param owner the owner rank
+     * @param name  the entry's name
+     * @return the version a get would return now, or -1 when that rank has no version of the name
+     */
+    public long version(int owner, String name) {
+        Objects.checkIndex(owner, parts.length);
+        return directory.version(owner, name);
+    }
+
     private View lookup(int owner, String name, byte[] nameBytes, long h) {
         SharedDirectory.Found f = directory.lookup(owner, name, nameBytes, h);
         if (f == null) {

@@ -66,6 +66,10 @@ public final class ParameterCache implements AutoCloseable {
     private final MemorySegment[] parts;
     private final Waiter waiter;
 
+    // ---- reader side: one waiter per owner, made once, so that a poll of the version allocates nothing ----
+    private final DirectoryProbe.StableWait[] stableWaits;
+    private final VersionPoll poll = new VersionPoll();
+
     // ---- owner side: this rank's part, known only here ----
     private final MemorySegment mine;
     private final CacheDirectory directory;
@@ -82,6 +86,11 @@ public final class ParameterCache implements AutoCloseable {
         }
         this.mine = memory.local();
         this.waiter = SharedMemories.waiter(group);
+        this.stableWaits = new DirectoryProbe.StableWait[parts.length];
+        for (int r = 0; r < parts.length; r++) {
+            int owner = r;
+            stableWaits[r] = (so, odd) -> awaitStable(parts[owner], so, odd, owner);
+        }
         this.directory = new CacheDirectory("parameter cache", group.rank(), slots, heapBytes, mine, new HostPart());
     }
 
@@ -235,6 +244,21 @@ public final class ParameterCache implements AutoCloseable {
     }
 
     /**
+     * The current version of {@code name} in rank {@code owner}'s part, read without making a view: what a reader
+     * waiting for a hot swap polls, calling {@link #get(int, String)} once the version changed. Allocates nothing when
+     * called with the same name as the previous call (its bytes and hash are kept), so a spinning reader makes no
+     * garbage, hence no collections. It does not count as a use for the owner's LRU order.
+     *
+     * @param owner the owner rank
+     * @param name  the entry's name
+     * @return the version a get would return now, or -1 when that rank has no version of the name
+     */
+    public long version(int owner, String name) {
+        Objects.checkIndex(owner, parts.length);
+        return poll.version(parts[owner], slots, name, stableWaits[owner]);
+    }
+
+    /**
      * Copies the current version of {@code name} into {@code dst}, whole: retries while the owner frees what it read.
      *
      * @param name the entry's name
@@ -265,8 +289,7 @@ public final class ParameterCache implements AutoCloseable {
         DirectoryProbe.Snapshot s = new DirectoryProbe.Snapshot();
         long stuckWord = -1;
         int stuck = 0;
-        DirectoryProbe.StableWait wait = (so, odd) -> awaitStable(part, so, odd, owner);
-        while (DirectoryProbe.find(part, slots, nameBytes, h, false, s, wait)) {
+        while (DirectoryProbe.find(part, slots, nameBytes, h, false, s, stableWaits[owner])) {
             if (s.block < 0) {
                 return null; // the name, with no version yet
             }

@@ -61,6 +61,9 @@ final class SharedDirectory implements AutoCloseable {
     private final MemorySegment mine;
     private final Waiter waiter;
     private final DirectoryProbe.Snapshot snapshot = new DirectoryProbe.Snapshot();
+    /** One waiter per owner, made once, so that a lookup or a poll of the version allocates none. */
+    private final DirectoryProbe.StableWait[] stableWaits;
+    private final VersionPoll poll = new VersionPoll();
 
     // ---- owner side ----
     private final CacheDirectory directory;
@@ -81,6 +84,11 @@ final class SharedDirectory implements AutoCloseable {
         }
         this.mine = memory.local();
         this.waiter = SharedMemories.waiter(group);
+        this.stableWaits = new DirectoryProbe.StableWait[parts.length];
+        for (int r = 0; r < parts.length; r++) {
+            int owner = r;
+            stableWaits[r] = (so, odd) -> awaitStable(owner, so, odd);
+        }
         this.directory = new CacheDirectory(structure, group.rank(), slots, heapBytes, mine, new Part());
     }
 
@@ -242,7 +250,7 @@ final class SharedDirectory implements AutoCloseable {
     Found lookup(int owner, String name, byte[] nameBytes, long h) {
         MemorySegment dir = parts[owner];
         DirectoryProbe.Snapshot s = snapshot;
-        if (!DirectoryProbe.find(dir, slots, nameBytes, h, true, s, (so, odd) -> awaitStable(owner, so, odd))) {
+        if (!DirectoryProbe.find(dir, slots, nameBytes, h, true, s, stableWaits[owner])) {
             return null;
         }
         if (s.block < 0) {
@@ -255,6 +263,18 @@ final class SharedDirectory implements AutoCloseable {
         }
         ParameterCacheLayout.touch(dir, slots, s.slot, System.nanoTime()); // opaque: a hint for the owner's LRU
         return new Found(owner, s.slot, s.block, s.length, s.version, s.generation);
+    }
+
+    /**
+     * The current version of {@code name} in rank {@code owner}'s part, without a view and without counting as a use
+     * ({@link VersionPoll}: allocates nothing when polled by the same name again).
+     *
+     * @param owner the owner rank
+     * @param name  the entry's name
+     * @return the version a lookup returns now, or -1 when that rank has no version of it
+     */
+    long version(int owner, String name) {
+        return poll.version(parts[owner], slots, name, stableWaits[owner]);
     }
 
     /**

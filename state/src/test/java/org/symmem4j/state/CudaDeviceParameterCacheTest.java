@@ -93,6 +93,8 @@ class CudaDeviceParameterCacheTest extends CudaThreadRanksTestBase {
                 assertTrue(va.isValid() && vb.isValid());
                 assertNull(cache.get("weights/none"));
                 assertNull(cache.get(1, "weights/a"), "only rank 0 owns it");
+                assertEquals(2, cache.version(0, "weights/b"), "the version a reader polls, without a view");
+                assertEquals(-1, cache.version(1, "weights/a"), "only rank 0 owns it");
                 hostBarrier(group, "read");
             }
             return null;

@@ -60,6 +60,59 @@ class ParameterCacheTest {
     }
 
     @Test
+    void aReaderPollsTheVersionOfASwapWithoutAllocating() {
+        InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            try (ParameterCache cache = ParameterCache.create(group, 1 << 16, 8)) {
+                if (group.rank() == 0) {
+                    cache.put("model/w", filled(1, 256));
+                }
+                group.allGatherBytes("first", new byte[0]);
+                long first = cache.version(0, "model/w");
+                assertEquals(cache.get(0, "model/w").version(), first);
+                assertEquals(-1, cache.version(1, "model/w"), "rank 1 owns no model/w");
+                assertEquals(-1, cache.version(0, "model/missing"));
+                if (group.rank() == 1) {
+                    // a spinning reader's poll: nothing allocated once warm (no garbage, so no collection delays it)
+                    com.sun.management.ThreadMXBean threads =
+                            (com.sun.management.ThreadMXBean) java.lang.management.ManagementFactory.getThreadMXBean();
+                    long sum = 0;
+                    for (int i = 0; i < 20_000; i++) {
+                        sum += cache.version(0, "model/w");
+                    }
+                    long before = threads.getCurrentThreadAllocatedBytes();
+                    for (int i = 0; i < 10_000; i++) {
+                        sum += cache.version(0, "model/w");
+                    }
+                    long allocated = threads.getCurrentThreadAllocatedBytes() - before;
+                    assertEquals(30_000 * first, sum);
+                    // a per-call allocation is at least 16 bytes a poll; what the JVM may allocate once (a few
+                    // hundred bytes when the loop is compiled) stays far below one byte a poll
+                    assertTrue(allocated < 10_000, allocated + " bytes allocated by 10,000 version polls, expected"
+                            + " less than one a poll");
+                }
+                group.allGatherBytes("polled", new byte[0]);
+                if (group.rank() == 0) {
+                    cache.put("model/w", filled(2, 256));
+                }
+                group.allGatherBytes("swapped", new byte[0]);
+                assertEquals(first + 1, cache.version(0, "model/w"));
+                ParameterCache.Entry e = cache.get(0, "model/w");
+                assertEquals(first + 1, e.version());
+                assertEquals(2, e.data().get(ValueLayout.JAVA_LONG, 248));
+                group.allGatherBytes("read", new byte[0]);
+                if (group.rank() == 0) {
+                    assertTrue(cache.remove("model/w"));
+                }
+                group.allGatherBytes("removed", new byte[0]);
+                assertEquals(-1, cache.version(0, "model/w"));
+                assertThrows(IndexOutOfBoundsException.class, () -> cache.version(2, "model/w"));
+                group.allGatherBytes("done", new byte[0]);
+            }
+            return null;
+        });
+    }
+
+    @Test
     void readersNeverSeeATornEntryWhileTheOwnerSwapsIt() {
         int versions = 3_000;
         int bytes = 4096;

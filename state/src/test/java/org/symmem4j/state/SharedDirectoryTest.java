@@ -80,6 +80,9 @@ class SharedDirectoryTest {
                 assertTrue(dir.holds(1, w.slot(), w.generation()));
                 assertNull(lookup(dir, 0, "w"), "rank 0 owns no w");
                 assertEquals(5, lookup(dir, 1, "b").version());
+                assertEquals(1, dir.version(1, "w"), "the version a reader polls");
+                assertEquals(-1, dir.version(0, "w"), "rank 0 owns no w");
+                assertEquals(-1, dir.version(1, "missing"));
                 barrier(group, "held");
                 if (group.rank() == 1) {
                     put(dir, heap, "w", bytes, 12);
@@ -88,6 +91,7 @@ class SharedDirectoryTest {
                 assertTrue(dir.holds(1, w.slot(), w.generation()), "the replaced version stays until the next put");
                 assertEquals(11, heap.peer(1).get(ValueLayout.JAVA_LONG, w.block() + 64), "its bytes untouched");
                 assertEquals(6, lookup(dir, 1, "w").version());
+                assertEquals(6, dir.version(1, "w"));
                 barrier(group, "read twice");
                 if (group.rank() == 1) {
                     put(dir, heap, "w", bytes, 13);
@@ -103,6 +107,7 @@ class SharedDirectoryTest {
                 barrier(group, "removed");
                 assertFalse(dir.holds(1, now.slot(), now.generation()), "a remove frees it");
                 assertNull(lookup(dir, 1, "w"));
+                assertEquals(-1, dir.version(1, "w"), "a removed name has no version");
                 barrier(group, "done");
             }
             return null;
