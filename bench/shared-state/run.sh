@@ -71,7 +71,8 @@
 #   switch  ParameterCacheSwitchBench: a 100 MB entry swapped SWAPS (400) times after 10 not measured, the switch as
 #           a reader on another rank sees it (it polls the version, which allocates nothing), against that reader
 #           copying the entry; ranks as threads of one JVM, then as two JVMs; owner and reader pinned to two cores
-#           (SWITCH_CPUS, default from lscpu; none pins nothing); switch.md and switch-processes.md (~30 s)
+#           (SWITCH_CPUS, default from lscpu; none pins nothing); SWITCH_POLLS="version get" adds the reader that
+#           polls with a get (a view, garbage, per poll); switch-MODE-POLL.md (~15 s per mode and poll)
 #   recorder FlightRecorderCostBench (issue #36): the flight recorder's cost in a 1 KiB all-reduce on one communicator
 #           per rank whose recorder is switched off and on between 40 ms blocks (FlightRecorderPairedBenchmark, 2 and 4
 #           ranks, ONE_SHOT and TWO_SHOT, 2 forks x 200 pairs; RECORDER_ARGS replaces its arguments), and its calls
@@ -250,13 +251,15 @@ for step in "${steps[@]}"; do
       echo "== switch at ${SECONDS}s" | tee -a summary.txt
       cpus=${SWITCH_CPUS-$(pick_cpus 2 2)}
       [ "$cpus" = none ] && cpus=
-      for mode in threads processes; do
-        md=switch; [ $mode = processes ] && md=switch-processes
-        # shellcheck disable=SC2086
-        timeout -k 10 "${SWITCH_LIMIT:-90}" "${java[@]}" ${cpus:+-Dsymmem4j.bench.cpus=$cpus} \
-          org.symmem4j.benchmarks.ParameterCacheSwitchBench --bytes 100000000 --swaps "${SWAPS:-400}" \
-          $([ $mode = processes ] && echo --processes) --out "$out/$md.md" > "$md.txt" 2>&1 || rc=1
-        cat "$md.txt" >> summary.txt
+      for poll in ${SWITCH_POLLS:-version}; do
+        for mode in threads processes; do
+          md=switch-$mode-$poll
+          # shellcheck disable=SC2086
+          timeout -k 10 "${SWITCH_LIMIT:-90}" "${java[@]}" ${cpus:+-Dsymmem4j.bench.cpus=$cpus} \
+            org.symmem4j.benchmarks.ParameterCacheSwitchBench --bytes 100000000 --swaps "${SWAPS:-400}" \
+            --poll "$poll" $([ $mode = processes ] && echo --processes) --out "$out/$md.md" > "$md.txt" 2>&1 || rc=1
+          cat "$md.txt" >> summary.txt
+        done
       done ;;
     recorder)
       cpus=${RECORDER_CPUS-$(pick_cpus 4 4)}

@@ -19,7 +19,7 @@ import picocli.CommandLine.Parameters;
  *   BenchPeer ring &lt;capacity&gt; &lt;kind&gt; &lt;files&gt;   ({@link RingBenchmark})
  *   BenchPeer ringfill &lt;capacity&gt; &lt;kind&gt; &lt;files&gt;   ({@link RingFillBenchmark})
  *   BenchPeer map 0 &lt;kind&gt; &lt;file&gt;                ({@link MapBenchmark})
- *   BenchPeer switch &lt;bytes&gt; &lt;versions&gt;          ({@link ParameterCacheSwitchBench} --processes)
+ *   BenchPeer switch &lt;bytes&gt; &lt;versions&gt;:&lt;poll&gt;   ({@link ParameterCacheSwitchBench} --processes)
  * </pre>
  */
 public final class BenchPeer {
@@ -44,7 +44,7 @@ public final class BenchPeer {
         long bytes;
         @Parameters(index = "2", paramLabel = "VARIANT",
                 description = "allreduce: the algorithm (ONE_SHOT, TWO_SHOT, RING); handoff: the waits (BACKOFF, SPIN);"
-                        + " ring, ringfill: KIND or KIND+AGAINST (paired mode); switch: the versions to wait for")
+                        + " ring, ringfill: KIND or KIND+AGAINST (paired mode); switch: the versions to wait for and the poll, 410:version")
         String variant;
         @Parameters(index = "3", arity = "0..1", paramLabel = "FILES",
                 description = "ring, ringfill: the path prefix of Agrona's ring files (and ringfill's pacing file), or"
@@ -61,7 +61,7 @@ public final class BenchPeer {
                 case RING -> RingPair.lanes(flags.variant);
                 case RING_FILL -> RingFillBenchmark.parseVariant(flags.variant);
                 case MAP -> SharedMapPair.Kind.valueOf(flags.variant);
-                case SWITCH -> Cli.positive("versions", Integer.parseInt(flags.variant));
+                case SWITCH -> ParameterCacheSwitchBench.ReaderArgs.parse(flags.variant);
                 default -> throw new IllegalArgumentException("unknown benchmark peer workload=" + flags.workload
                         + " expected=" + ALL_REDUCE + ", " + HANDOFF + ", " + RING + ", " + RING_FILL + ", " + MAP + " or " + SWITCH
                         + " (fix: BenchPeer is started by the benchmarks themselves; pass one of those)");
@@ -86,7 +86,8 @@ public final class BenchPeer {
             }
             case SWITCH -> {
                 try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
-                    ParameterCacheSwitchBench.reader(group, f.bytes, Integer.parseInt(f.variant));
+                    var reader = ParameterCacheSwitchBench.ReaderArgs.parse(f.variant);
+                    ParameterCacheSwitchBench.reader(group, f.bytes, reader.versions(), reader.poll());
                 }
             }
             case RING_FILL -> {

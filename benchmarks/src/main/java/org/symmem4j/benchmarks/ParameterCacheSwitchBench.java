@@ -54,10 +54,12 @@ import picocli.CommandLine.Option;
  * {@code --processes} the reader is a JVM of its own ({@link BenchPeer}), as a serving or trainer process would be,
  * so the owner's collections cannot stop it; by default the ranks are threads of one JVM, the reader reading the
  * owner's part through the mapping exactly as a process would. {@code -Dsymmem4j.bench.cpus=A,B} pins the owner to
- * A and the reader to B.
+ * A and the reader to B. {@code --poll get} makes the reader poll with a get (a view per poll, garbage the reader's JVM
+ * collects), as this benchmark did before {@link ParameterCache#version} existed: the comparison in one run.
  *
  * <pre>
- *   ParameterCacheSwitchBench [--bytes B] [--swaps N] [--warmup-swaps W] [--gap-ms G] [--processes] [--out report.md]
+ *   ParameterCacheSwitchBench [--bytes B] [--swaps N] [--warmup-swaps W] [--gap-ms G] [--processes]
+ *                             [--poll version|get] [--out report.md]
  * </pre>
  */
 public final class ParameterCacheSwitchBench {
@@ -87,8 +89,42 @@ public final class ParameterCacheSwitchBench {
         int gapMillis = 2;
         @Option(names = "--processes", description = "the reader as a JVM of its own (default: threads of one JVM)")
         boolean processes;
+        @Option(names = "--poll", paramLabel = "HOW", description = "how the reader polls: version (allocates"
+                + " nothing) or get (a view per poll: the benchmark's reader before ParameterCache.version existed)")
+        Poll poll = Poll.version;
         @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE")
         Path out;
+    }
+
+    /** How the reader polls for a new version. */
+    enum Poll {
+        /** {@link ParameterCache#version}, then a get once it changed: allocates nothing while it waits. */
+        version,
+        /** {@link ParameterCache#get(int, String)} every time: a view (a few objects) per poll. */
+        get
+    }
+
+    /**
+     * The reader process's arguments, {@code VERSIONS:POLL} on {@link BenchPeer}'s command line.
+     *
+     * @param versions the new versions to wait for
+     * @param poll     how to poll
+     */
+    record ReaderArgs(int versions, Poll poll) {
+        static ReaderArgs parse(String variant) {
+            String[] parts = variant.split(":", 2);
+            try {
+                return new ReaderArgs(Cli.positive("versions", Integer.parseInt(parts[0])), Poll.valueOf(parts[1]));
+            } catch (RuntimeException e) {
+                throw new IllegalArgumentException("parameter cache switch reader arguments=" + variant + " expected"
+                        + " VERSIONS:POLL, e.g. 410:version (POLL version or get)", e);
+            }
+        }
+
+        @Override
+        public String toString() {
+            return versions + ":" + poll;
+        }
     }
 
     /** What the reader measured, sent to rank 0 at the end. */
@@ -147,7 +183,8 @@ public final class ParameterCacheSwitchBench {
             return f;
         });
         int cpus = Runtime.getRuntime().availableProcessors(); // before the owner (this thread) may be pinned to one
-        Result r = run(flags.bytes, flags.warmupSwaps, flags.swaps, flags.gapMillis * 1_000_000L, flags.processes);
+        Result r = run(flags.bytes, flags.warmupSwaps, flags.swaps, flags.gapMillis * 1_000_000L, flags.processes,
+                flags.poll);
         String report = report(r, flags, cpus);
         System.out.print(report);
         if (flags.out != null) {
@@ -155,12 +192,13 @@ public final class ParameterCacheSwitchBench {
         }
     }
 
-    static Result run(long bytes, int warmups, int swaps, long gapNanos, boolean processes) throws Exception {
+    static Result run(long bytes, int warmups, int swaps, long gapNanos, boolean processes, Poll poll)
+            throws Exception {
         GroupOptions options = GroupOptions.defaults().withTimeout(Duration.ofSeconds(600));
         int total = warmups + swaps;
         if (processes) {
             PeerProcess peer = PeerProcess.start(options, BenchPeer.SWITCH, Long.toString(bytes),
-                    Integer.toString(total));
+                    new ReaderArgs(total, poll).toString());
             Result r = owner(peer.group(), bytes, warmups, total, gapNanos, true);
             peer.close();
             return r;
@@ -170,7 +208,7 @@ public final class ParameterCacheSwitchBench {
             if (group.rank() == 0) {
                 result[0] = owner(group, bytes, warmups, total, gapNanos, false);
             } else {
-                reader(group, bytes, total);
+                reader(group, bytes, total, poll);
             }
             return null;
         });
@@ -235,7 +273,7 @@ public final class ParameterCacheSwitchBench {
      * Rank 1: polls the version until it has seen {@code total} new ones, taking each one's view, then copies the
      * entry out five times (the baseline) and sends what it measured to rank 0.
      */
-    static void reader(Group group, long bytes, int total) {
+    static void reader(Group group, long bytes, int total, Poll poll) {
         BenchCpus.pinCurrentThread(BenchCpus.CONSUMER, "parameter cache reader");
         List<GarbageCollectorMXBean> collectors = ManagementFactory.getGarbageCollectorMXBeans();
         long[] seenAt = new long[total + 1];
@@ -265,11 +303,12 @@ public final class ParameterCacheSwitchBench {
             long last = 0;
             while (last < total) {
                 long t0 = System.nanoTime();
-                long v = cache.version(0, NAME) - base;
+                ParameterCache.Entry polled = poll == Poll.get ? cache.get(0, NAME) : null;
+                long v = (polled != null ? polled.version() : cache.version(0, NAME)) - base;
                 long t1 = System.nanoTime();
                 polls[n++ & (polls.length - 1)] = t1 - t0;
                 if (v > last) {
-                    ParameterCache.Entry e = cache.get(0, NAME);
+                    ParameterCache.Entry e = polled != null ? polled : cache.get(0, NAME);
                     long t2 = System.nanoTime();
                     long ev = e.version() - base; // a newer put may have published since the poll
                     MemorySegment d = e.data();
@@ -346,22 +385,25 @@ public final class ParameterCacheSwitchBench {
                 .append(", pinned: ").append(System.getProperty(BenchCpus.PROPERTY, "no")).append('\n');
         md.append("- entry: ").append(f.bytes).append(" bytes, ").append(f.swaps).append(" swaps measured after ")
                 .append(f.warmupSwaps).append(" not measured, ").append(f.gapMillis)
-                .append(" ms after each put; owner rank 0, reader rank 1 ")
+                .append(" ms after each put; the reader polls by ").append(f.poll).append("; owner rank 0, reader rank 1 ")
                 .append(r.processes() ? "(two JVMs, the reader through its mapping of the owner's part)"
                         : "(threads of one JVM, the reader through the owner's mapped part)").append("\n\n");
         md.append("| what | p50 µs | p99 µs | max µs | samples |\n|---|---:|---:|---:|---:|\n");
         row(md, "switch seen by the reader (its get of the new version returned, after put returned)", r.seenNanos());
         long[] p = r.pollSummary();
-        md.append(String.format(Locale.ROOT, "| reader poll of the version (allocates nothing) | %.2f | %.2f | %.2f | %d |%n",
+        md.append(String.format(Locale.ROOT, "| reader poll (%s) | %.2f | %.2f | %.2f | %d |%n", f.poll == Poll.get
+                        ? "get: a view per poll" : "version: allocates nothing",
                 p[1] / 1000.0, p[2] / 1000.0, p[3] / 1000.0, p[0]));
-        row(md, "reader get of each new version (zero-copy view)", r.getNanos());
+        row(md, f.poll == Poll.get ? "reader get of each new version (the poll itself)"
+                : "reader get of each new version (zero-copy view)", r.getNanos());
         row(md, "owner put (copy into its part + publish; readers keep the old version meanwhile)", r.putNanos());
         row(md, "baseline: a reader copying the entry out (a copying cache, per reader per switch)", r.copyNanos());
         md.append('\n').append(r.seenBeforePutReturned()).append(" of ").append(f.swaps)
                 .append(" versions were seen before the owner's put returned (counted as 0). ")
                 .append(r.late()).append(r.late() == 1 ? " switch" : " switches").append(" took longer than ").append((long) TARGET_MICROS).append(" µs, ")
                 .append(r.lateWithGc()).append(" of them with a garbage collection in the reader's JVM since the")
-                .append(" previous switch; that JVM collected ").append(r.readerGcs()).append(" times (")
+                .append(" previous switch; that JVM collected ").append(r.readerGcs())
+                .append(r.readerGcs() == 1 ? " time (" : " times (")
                 .append(r.readerGcMillis()).append(" ms) while the swaps ran.\n\n");
         double p99 = pct(r.seenNanos(), 0.99) / 1000.0;
         double p50 = pct(r.seenNanos(), 0.5) / 1000.0;
