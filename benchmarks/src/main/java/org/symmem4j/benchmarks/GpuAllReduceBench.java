@@ -357,10 +357,12 @@ public final class GpuAllReduceBench {
      */
     static double[] time(Communicator comm, DeviceCommunicator gpu, Runnable op, long bytes, boolean graph, int reps) {
         int batch = bytes >= (64L << 20) ? 5 : bytes >= (4L << 20) ? 20 : 100;
-        // eager and below 4 MiB, where the host's time per call shows: 2,000 calls first, so that the first cell of a
-        // run times the call's compiled Java code, not the interpreter's (the 2026-11-28 remote-shard run's first
-        // eager cell, 1 KiB, read 23.5 us with 20 warm-up calls where 64 KiB read 8.6)
-        int warmUp = !graph && batch == 100 ? 2_000 : Math.max(3, batch / 5);
+        // eager and below 4 MiB, where the host's time per call shows: calls first, so that a cell times the call's
+        // C2-compiled Java (FFM downcalls included), not the interpreter's or C1's. The smallest sizes come first in
+        // every benchmark and take 20,000 (C2 compiles a method after ~15,000 calls: with 20 warm-up calls the
+        // remote-shard run's eager 1 KiB kernel read took 23.5 us, with 2,000 still 18.3 and 16.5 at 1 and 4 KiB,
+        // where 16 KiB, ~8,000 calls into the run, took 4.9); later sizes run the compiled code and take 2,000
+        int warmUp = graph || batch != 100 ? Math.max(3, batch / 5) : bytes <= 4096 ? 20_000 : 2_000;
         for (int w = 0; w < warmUp; w++) {
             op.run();
         }
