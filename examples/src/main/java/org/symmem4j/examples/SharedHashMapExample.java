@@ -200,7 +200,9 @@ public final class SharedHashMapExample {
     private static String messages(Throwable e) {
         StringBuilder text = new StringBuilder(String.valueOf(e.getMessage()));
         for (Throwable cause = e.getCause(); cause != null && cause != cause.getCause(); cause = cause.getCause()) {
-            text.append(" <- ").append(cause.getMessage());
+            if (cause.getMessage() != null && text.indexOf(cause.getMessage()) < 0) {
+                text.append(" <- ").append(cause.getMessage());
+            }
         }
         return text.toString();
     }
@@ -255,6 +257,29 @@ public final class SharedHashMapExample {
      */
     static Report run(Group group, Corpus corpus) {
         int ranks = group.worldSize();
+        try (SymmetricHashMap seen = SymmetricHashMap.create(group, Long.BYTES, Long.BYTES,
+                     slotsPerRank(corpus.documents(), ranks));
+             SymmetricHashMap counts = SymmetricHashMap.create(group, WORD_KEY_BYTES, Long.BYTES,
+                     slotsPerRank(corpus.vocabulary(), ranks))) {
+            try {
+                return countAndCheck(group, corpus, seen, counts);
+            } catch (RuntimeException | Error e) {
+                abort(group, e); // before the collective closes
+                throw e;
+            }
+        }
+    }
+
+    /**
+     * Aborts the group after this rank failed: its peers wait for it in a barrier or in the collective closes, and
+     * without the abort they would wait the whole timeout; with it the closes free without waiting.
+     */
+    private static void abort(Group group, Throwable failure) {
+        group.abort(String.valueOf(failure.getMessage()));
+    }
+
+    private static Report countAndCheck(Group group, Corpus corpus, SymmetricHashMap seen, SymmetricHashMap counts) {
+        int ranks = group.worldSize();
         int rank = group.rank();
         Reference reference = Reference.of(corpus, ranks);
         MemorySegment[] keys = new MemorySegment[corpus.vocabulary()];
@@ -263,53 +288,48 @@ public final class SharedHashMapExample {
         }
         double[] zipf = corpus.zipf();
         long[] mine = new long[4]; // tokens counted, duplicates skipped, counting nanos, lookups
-        try (SymmetricHashMap seen = SymmetricHashMap.create(group, Long.BYTES, Long.BYTES,
-                     slotsPerRank(corpus.documents(), ranks));
-             SymmetricHashMap counts = SymmetricHashMap.create(group, WORD_KEY_BYTES, Long.BYTES,
-                     slotsPerRank(corpus.vocabulary(), ranks))) {
-            MemorySegment documentKey = MemorySegment.ofArray(new long[1]);
-            MemorySegment claimedBy = MemorySegment.ofArray(new long[] {rank});
-            long start = System.nanoTime();
-            for (int id : corpus.stream(rank)) {
-                documentKey.set(LONG, 0, id);
-                if (!seen.putIfAbsent(documentKey, claimedBy)) {
-                    mine[1]++;        // delivered before, to this rank or another: counted once already
-                    continue;
-                }
-                for (int w : corpus.words(id, zipf)) {
-                    counts.compute(keys[w], (current, next) -> {   // atomic in the owner's memory
-                        next.set(LONG, 0, current == null ? 1 : current.get(LONG, 0) + 1);
-                        return true;
-                    });
-                    mine[0]++;
-                }
+        MemorySegment documentKey = MemorySegment.ofArray(new long[1]);
+        MemorySegment claimedBy = MemorySegment.ofArray(new long[] {rank});
+        long start = System.nanoTime();
+        for (int id : corpus.stream(rank)) {
+            documentKey.set(LONG, 0, id);
+            if (!seen.putIfAbsent(documentKey, claimedBy)) {
+                mine[1]++;        // delivered before, to this rank or another: counted once already
+                continue;
             }
-            mine[2] = System.nanoTime() - start;
-            barrier(group, "counted");
-
-            int removed = 0;
-            if (rank == 0) {
-                for (int w = 0; w < STOP_WORDS.length; w++) {
-                    boolean present = counts.remove(keys[w]);
-                    if (present != (reference.counts()[w] > 0)) {
-                        throw new IllegalStateException("stop word '" + word(w) + "' was present=" + present
-                                + " expected present=" + (reference.counts()[w] > 0));
-                    }
-                    removed += present ? 1 : 0;
-                }
+            for (int w : corpus.words(id, zipf)) {
+                counts.compute(keys[w], (current, next) -> {   // atomic in the owner's memory
+                    next.set(LONG, 0, current == null ? 1 : current.get(LONG, 0) + 1);
+                    return true;
+                });
+                mine[0]++;
             }
-            barrier(group, "stop words removed");
-
-            mine[3] = check(counts, seen, keys, reference, rank);
-            long[] total = gatherSums(group, "checked", mine);
-            long countingNanos = gatherMax(group, "counting time", mine[2]);
-            int removedEverywhere = (int) gatherSums(group, "removed", new long[] {removed})[0];
-            checkTotals(reference, ranks, corpus, total, counts.size(), removedEverywhere);
-
-            long[] full = showFullPartition(group);
-            return new Report(ranks, (long) ranks * corpus.deliveries(), reference.documents(), total[1], total[0],
-                    counts.size(), removedEverywhere, total[3], countingNanos, (int) full[0], full[1]);
         }
+        mine[2] = System.nanoTime() - start;
+        barrier(group, "counted");
+
+        int removed = 0;
+        if (rank == 0) {
+            for (int w = 0; w < STOP_WORDS.length; w++) {
+                boolean present = counts.remove(keys[w]);
+                if (present != (reference.counts()[w] > 0)) {
+                    throw new IllegalStateException("stop word '" + word(w) + "' was present=" + present
+                            + " expected present=" + (reference.counts()[w] > 0));
+                }
+                removed += present ? 1 : 0;
+            }
+        }
+        barrier(group, "stop words removed");
+
+        mine[3] = check(counts, seen, keys, reference, rank);
+        long[] total = gatherSums(group, "checked", mine);
+        long countingNanos = gatherMax(group, "counting time", mine[2]);
+        int removedEverywhere = (int) gatherSums(group, "removed", new long[] {removed})[0];
+        checkTotals(reference, ranks, corpus, total, counts.size(), removedEverywhere);
+
+        long[] full = showFullPartition(group);
+        return new Report(ranks, (long) ranks * corpus.deliveries(), reference.documents(), total[1], total[0],
+                counts.size(), removedEverywhere, total[3], countingNanos, (int) full[0], full[1]);
     }
 
     /**
@@ -376,30 +396,35 @@ public final class SharedHashMapExample {
     private static long[] showFullPartition(Group group) {
         long[] result = new long[2];
         try (SymmetricHashMap tiny = SymmetricHashMap.create(group, Long.BYTES, Long.BYTES, TINY_SLOTS)) {
-            if (group.rank() == 0) {
-                MemorySegment value = MemorySegment.ofArray(new long[1]);
-                long key = 0;
-                try {
-                    for (; key <= (long) TINY_SLOTS * group.worldSize(); key++) {
-                        value.set(LONG, 0, key * 10);
-                        tiny.put(key, value);
+            try {
+                if (group.rank() == 0) {
+                    MemorySegment value = MemorySegment.ofArray(new long[1]);
+                    long key = 0;
+                    try {
+                        for (; key <= (long) TINY_SLOTS * group.worldSize(); key++) {
+                            value.set(LONG, 0, key * 10);
+                            tiny.put(key, value);
+                        }
+                        throw new IllegalStateException("a map of " + TINY_SLOTS + " slots per rank took " + key
+                                + " keys without MapFullException, expected at most " + TINY_SLOTS * group.worldSize());
+                    } catch (MapFullException refused) {
+                        result[0] = refused.owner();
+                        result[1] = key;
                     }
-                    throw new IllegalStateException("a map of " + TINY_SLOTS + " slots per rank took " + key
-                            + " keys without MapFullException, expected at most " + TINY_SLOTS * group.worldSize());
-                } catch (MapFullException refused) {
-                    result[0] = refused.owner();
-                    result[1] = key;
-                }
-                if (tiny.get(key, value) || tiny.size() != key) {
-                    throw new IllegalStateException("the refused key " + key + " present=" + tiny.get(key, value)
-                            + ", keys in the map=" + tiny.size() + " expected absent and " + key + " keys");
-                }
-                for (long k = 0; k < key; k++) {
-                    if (!tiny.get(k, value) || value.get(LONG, 0) != k * 10) {
-                        throw new IllegalStateException("key " + k + " after the refused put: " + value.get(LONG, 0)
-                                + " expected " + k * 10);
+                    if (tiny.get(key, value) || tiny.size() != key) {
+                        throw new IllegalStateException("the refused key " + key + " present=" + tiny.get(key, value)
+                                + ", keys in the map=" + tiny.size() + " expected absent and " + key + " keys");
+                    }
+                    for (long k = 0; k < key; k++) {
+                        if (!tiny.get(k, value) || value.get(LONG, 0) != k * 10) {
+                            throw new IllegalStateException("key " + k + " after the refused put: " + value.get(LONG, 0)
+                                    + " expected " + k * 10);
+                        }
                     }
                 }
+            } catch (RuntimeException | Error e) {
+                abort(group, e); // before the collective close of the small map
+                throw e;
             }
             barrier(group, "full partition shown");
         }
