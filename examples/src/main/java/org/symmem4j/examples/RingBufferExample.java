@@ -199,7 +199,7 @@ public final class RingBufferExample {
      * without the abort they would wait the whole timeout; with it their waits fail at once naming this rank, and
      * the closes free without waiting (a rank that fails first names the cause, a later abort changes nothing).
      */
-    static void abort(Group group, Throwable failure) {
+    private static void abort(Group group, Throwable failure) {
         group.abort(String.valueOf(failure.getMessage()));
     }
 

@@ -278,6 +278,7 @@ public final class SharedHashMapExample {
         group.abort(String.valueOf(failure.getMessage()));
     }
 
+    /** Counts this rank's deliveries, removes the stop words (rank 0), checks everything, shows a full partition. */
     private static Report countAndCheck(Group group, Corpus corpus, SymmetricHashMap seen, SymmetricHashMap counts) {
         int ranks = group.worldSize();
         int rank = group.rank();
