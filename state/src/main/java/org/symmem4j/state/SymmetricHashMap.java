@@ -294,6 +294,18 @@ public final class SymmetricHashMap implements AutoCloseable {
     }
 
     /**
+     * {@link #putIfAbsent(MemorySegment, MemorySegment)} for 8-byte keys given as a long.
+     *
+     * @param key   the key
+     * @param value the value
+     * @return true when inserted, false when the key was present (its value unchanged)
+     * @throws IllegalArgumentException when the map's keys are not 8 bytes
+     */
+    public boolean putIfAbsent(long key, MemorySegment value) {
+        return putIfAbsent(longKey(key), value);
+    }
+
+    /**
      * Removes {@code key}.
      *
      * @param key the key

@@ -157,6 +157,8 @@ class SymmetricHashMapTest {
                 MemorySegment three = arena.allocate(8, 8);
                 three.set(ValueLayout.JAVA_LONG, 0, 3L);
                 assertFalse(map.putIfAbsent(three, value(arena, 2, 8)), "3 is present");
+                assertFalse(map.putIfAbsent(3L, value(arena, 2, 8)), "3 is present, given as a long");
+                assertThrows(MapFullException.class, () -> map.putIfAbsent(100L, v), "no slot for a new key");
                 MemorySegment dst = arena.allocate(8, 8);
                 assertTrue(map.get(3L, dst));
                 assertEquals(1, dst.get(ValueLayout.JAVA_LONG, 0), "putIfAbsent left the value");
