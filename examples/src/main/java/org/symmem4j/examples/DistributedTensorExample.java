@@ -5,6 +5,7 @@ import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.util.Arrays;
 import java.util.List;
+import java.util.function.Supplier;
 import java.util.SplittableRandom;
 
 import org.symmem4j.parallel.Group;
@@ -61,6 +62,9 @@ public final class DistributedTensorExample {
     static final int SENTENCE = 16;
     /** Rows on each side of a shard boundary in the slice a rank copies with getRows. */
     static final int SLICE_HALF = 8;
+    /** The fix of a failed check: the settings cannot cause one. */
+    static final String DEFECT = " (fix: none in the settings; a defect of DistributedTensor: report it with this"
+            + " message)";
 
     public static void main(String[] args) {
         Flags f = Cli.parse(new Flags(), args, flags -> {
@@ -68,12 +72,17 @@ public final class DistributedTensorExample {
             Cli.positive("--dim", flags.dim);
             Cli.positive("--lookups", flags.lookups);
             if ((long) flags.rows * flags.dim > Integer.MAX_VALUE - 8) {
-                throw new IllegalArgumentException("--rows=" + flags.rows + " --dim=" + flags.dim + " expected a table of"
-                        + " at most 2^31 values (rank 0 gathers it into one float array; fix: fewer rows or columns)");
+                throw new IllegalArgumentException("--rows=" + flags.rows + " --dim=" + flags.dim
+                        + " expected a table of at most 2^31 values (rank 0 gathers it into one float array; fix: fewer"
+                        + " rows or columns)");
             }
             if (flags.ranks < 2) {
-                throw new IllegalArgumentException("--ranks=" + flags.ranks + " expected >= 2 (a shard per rank;"
-                        + " the lookups read peers' shards)");
+                throw new IllegalArgumentException("--ranks=" + flags.ranks + " expected >= 2 (fix: --ranks 2 or"
+                        + " more: a shard per rank, and the lookups read peers' shards)");
+            }
+            if (flags.rows < flags.ranks && System.getenv("RANK") == null) {
+                throw new IllegalArgumentException("--rows=" + flags.rows + " expected >= --ranks=" + flags.ranks
+                        + " (fix: at least a row per rank)");
             }
             return flags;
         });
@@ -128,7 +137,8 @@ public final class DistributedTensorExample {
                    List<Integer> grid, long gathered, double lookupsPerSecond) {
         String line() {
             return String.format("distributed tensor: a %d x %d float32 embedding table, rows sharded over %d ranks;"
-                    + " %d lookups (%d zero-copy from peers' shards, %.1f M/s per rank) summed into %d sentence vectors,"
+                    + " %d lookups (%d zero-copy from peers' shards, %.1f M/s per rank) summed into %d sentence"
+                    + " vectors,"
                     + " each bitwise the formula's; getRows of %d rows across a shard boundary on every rank, exact;"
                     + " redistributed to a %d x %d grid of blocks, each rank updated its block; gathered on rank 0:"
                     + " %d values, every one exact",
@@ -151,18 +161,24 @@ public final class DistributedTensorExample {
             throw new IllegalArgumentException("distributed tensor example on worldSize=" + n + " rows=" + s.rows()
                     + " expected >= 2 ranks and at least one row per rank (fix: more ranks or more rows)");
         }
-        int me = group.rank();
         int[] grid = grid(n);
         try (DistributedTensor table = DistributedTensor.create(group, TensorSharding.rows(), ElementType.FLOAT32,
                 s.rows(), s.dim())) {
-            fillOwnRows(table, me);
-            table.barrier(); // every rank's rows are in before any rank reads a peer's
+            return abortingOnFailure(group, () -> shareTable(group, s, table, grid));
+        }
+    }
 
-            long[] counts = lookUp(table, s, me, n);
-            int sliceRows = copySliceAcrossBoundary(table, me, n);
+    private static Outcome shareTable(Group group, Settings s, DistributedTensor table, int[] grid) {
+        int me = group.rank();
+        int n = group.worldSize();
+        fillOwnRows(table, me);
+        table.barrier(); // every rank's rows are in before any rank reads a peer's
 
-            long gathered;
-            try (DistributedTensor blocks = table.redistribute(TensorSharding.blocks(grid[0], grid[1]))) {
+        long[] counts = lookUp(table, s, me, n);
+        int sliceRows = copySliceAcrossBoundary(table, me, n);
+
+        try (DistributedTensor blocks = table.redistribute(TensorSharding.blocks(grid[0], grid[1]))) {
+            return abortingOnFailure(group, () -> {
                 updateOwnBlock(blocks, me);
                 MemorySegment whole = me == 0 ? MemorySegment.ofArray(new float[s.rows() * s.dim()]) : null;
                 blocks.gather(0, whole); // collective: every block's update is in
@@ -173,11 +189,24 @@ public final class DistributedTensorExample {
                     long at = all[0][5];
                     throw new IllegalStateException("distributed tensor example: the gathered table has " + all[0][4]
                             + " values off the formula, the first at row=" + at / s.dim() + " column=" + at % s.dim()
-                            + ": expected updated(embedding(row, column)) bitwise");
+                            + ": expected updated(embedding(row, column)) bitwise" + DEFECT);
                 }
-                gathered = (long) s.rows() * s.dim();
-                return outcome(all, s, sliceRows, grid, gathered);
-            }
+                return outcome(all, s, sliceRows, grid, (long) s.rows() * s.dim());
+            });
+        }
+    }
+
+    /**
+     * {@code work}'s result; when it fails, aborts the group first: a rank that fails outside a collective makes its
+     * peers waiting in the next exchange fail at once, naming it, instead of waiting out the group's timeout. Called
+     * inside the structures' try-with-resources, so the abort comes before their collective close.
+     */
+    private static <T> T abortingOnFailure(Group group, Supplier<T> work) {
+        try {
+            return work.get();
+        } catch (RuntimeException | Error e) {
+            group.abort(String.valueOf(e.getMessage()));
+            throw e;
         }
     }
 
@@ -242,7 +271,8 @@ public final class DistributedTensorExample {
             }
             if (Float.floatToRawIntBits(expected) != Float.floatToRawIntBits(sentence[c])) {
                 throw new IllegalStateException("distributed tensor example: rank=" + me + " sentence ending at lookup "
-                        + last + " column=" + c + " summed " + sentence[c] + ", expected " + expected + " bitwise");
+                        + last + " column=" + c + " summed " + sentence[c] + ", expected " + expected + " bitwise"
+                        + DEFECT);
             }
         }
     }
@@ -265,7 +295,7 @@ public final class DistributedTensorExample {
                 if (Float.floatToRawIntBits(got) != Float.floatToRawIntBits(embedding(first + r, c))) {
                     throw new IllegalStateException("distributed tensor example: rank=" + me + " getRows(" + first
                             + ", " + count + ") row=" + (first + r) + " column=" + c + " holds " + got + ", expected "
-                            + embedding(first + r, c));
+                            + embedding(first + r, c) + DEFECT);
                 }
             }
         }
@@ -285,7 +315,7 @@ public final class DistributedTensorExample {
                 if (Float.floatToRawIntBits(v) != Float.floatToRawIntBits(embedding(row0 + r, column0 + c))) {
                     throw new IllegalStateException("distributed tensor example: rank=" + me + " block after the"
                             + " redistribution holds " + v + " at row=" + (row0 + r) + " column=" + (column0 + c)
-                            + ", expected " + embedding(row0 + r, column0 + c));
+                            + ", expected " + embedding(row0 + r, column0 + c) + DEFECT);
                 }
                 block.setAtIndex(ValueLayout.JAVA_FLOAT, at, updated(v, row0 + r, column0 + c));
             }

@@ -6,6 +6,7 @@ import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.util.List;
 import java.util.concurrent.locks.LockSupport;
+import java.util.function.Supplier;
 
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
@@ -50,7 +51,7 @@ public final class ParameterCacheExample {
         @Option(names = "--size", paramLabel = "P", description = "weights per adapter (float32)")
         int size = 4096;
         @Option(names = "--interval-us", paramLabel = "U", description = "microseconds rank 0 pauses between swaps")
-        int intervalMicros = 200;
+        int intervalMicros = 1000;
     }
 
     /** What one run does: every rank passes the same. */
@@ -74,19 +75,25 @@ public final class ParameterCacheExample {
     /** Requests a serving rank answers with one adapter before turning to the other. */
     static final int BATCH = 64;
     private static final long WAIT_NANOS = 60_000_000_000L;
+    /** The fix of a failed check: the settings cannot cause one. */
+    static final String DEFECT = " (fix: none in the settings; a defect of ParameterCache: report it with this"
+            + " message)";
 
     public static void main(String[] args) {
         Flags f = Cli.parse(new Flags(), args, flags -> {
             Cli.positive("--size", flags.size);
             if (flags.swaps < 1 || flags.swaps > MAX_SWAPS) {
                 throw new IllegalArgumentException("--swaps=" + flags.swaps + " expected 1.." + MAX_SWAPS
-                        + " (the swap number is part of every weight, exact in float32 only below 2^14)");
+                        + " (the swap number is part of every weight, exact in float32 only below 2^14; fix: fewer"
+                        + " swaps)");
             }
             if (flags.intervalMicros < 0) {
-                throw new IllegalArgumentException("--interval-us=" + flags.intervalMicros + " expected >= 0");
+                throw new IllegalArgumentException("--interval-us=" + flags.intervalMicros + " expected >= 0"
+                        + " (fix: 0 to swap without a pause)");
             }
             if (flags.ranks < 2) {
-                throw new IllegalArgumentException("--ranks=" + flags.ranks + " expected >= 2 (an owner and a server)");
+                throw new IllegalArgumentException("--ranks=" + flags.ranks + " expected >= 2 (fix: --ranks 2 or"
+                        + " more: rank 0 owns the adapters, the others serve)");
             }
             return flags;
         });
@@ -182,7 +189,7 @@ public final class ParameterCacheExample {
                    double requestsPerSecond, String evicted) {
         String line() {
             return String.format("parameter cache: rank 0 swapped %d versions of 2 adapters x %d floats while %d"
-                    + " serving ranks answered %d requests (%.0f/s each), every answer bitwise right; %d switches,"
+                    + " serving rank(s) answered %d requests (%.0f/s each), every answer bitwise right; %d switches,"
                     + " every view whole, %d re-read (freed while read); every serving rank ended on the last versions"
                     + " %s; switch delay (put start to view held) max %.1f us, mean %.1f us; putting %s evicted %s"
                     + " (least recently used), views of it report invalid",
@@ -222,33 +229,51 @@ public final class ParameterCacheExample {
         try (ParameterCache cache = ParameterCache.create(group, budget, NAMES_PER_RANK);
              Arena arena = Arena.ofConfined()) {
             MemorySegment buffer = arena.allocate(WEIGHTS + 4L * s.size(), 8);
-            long[] mine = new long[COUNTS];
-            ParameterCache.Entry[] held = new ParameterCache.Entry[ADAPTERS.size()];
-            if (group.rank() == OWNER) {
-                for (int k = 0; k < ADAPTERS.size(); k++) {
-                    fill(buffer, k, 0, s.size());
-                    cache.put(ADAPTERS.get(k), buffer);
-                    mine[PUTS]++;
+            return abortingOnFailure(group, () -> swapAndServe(group, s, cache, buffer));
+        }
+    }
+
+    private static Outcome swapAndServe(Group group, Settings s, ParameterCache cache, MemorySegment buffer) {
+        long[] mine = new long[COUNTS];
+        ParameterCache.Entry[] held = new ParameterCache.Entry[ADAPTERS.size()];
+        if (group.rank() == OWNER) {
+            for (int k = 0; k < ADAPTERS.size(); k++) {
+                fill(buffer, k, 0, s.size());
+                cache.put(ADAPTERS.get(k), buffer);
+                mine[PUTS]++;
+            }
+        }
+        group.allGatherBytes("parameter-cache-example-published", new byte[0]); // both adapters are in
+        if (group.rank() == OWNER) {
+            mine[PUTS] += swap(cache, buffer, s, mine);
+        } else {
+            serve(cache, s, group.rank(), held, mine);
+        }
+        long[][] all = exchange(group, "parameter-cache-example-served", mine);
+        for (int r = 1; r < all.length; r++) {
+            for (int k = 0; k < ADAPTERS.size(); k++) {
+                if (all[r][LAST_VERSION + k] != all[OWNER][LAST_VERSION + k]) {
+                    throw new IllegalStateException("parameter cache example: serving rank=" + r + " ended on "
+                            + ADAPTERS.get(k) + " version=" + all[r][LAST_VERSION + k] + ", expected the last one,"
+                            + " version=" + all[OWNER][LAST_VERSION + k] + DEFECT);
                 }
             }
-            group.allGatherBytes("parameter-cache-example-published", new byte[0]); // both adapters are in
-            if (group.rank() == OWNER) {
-                mine[PUTS] += swap(cache, buffer, s, mine);
-            } else {
-                serve(cache, s, group.rank(), held, mine);
-            }
-            long[][] all = exchange(group, "parameter-cache-example-served", mine);
-            for (int r = 1; r < all.length; r++) {
-                for (int k = 0; k < ADAPTERS.size(); k++) {
-                    if (all[r][LAST_VERSION + k] != all[OWNER][LAST_VERSION + k]) {
-                        throw new IllegalStateException("parameter cache example: serving rank=" + r + " ended on "
-                                + ADAPTERS.get(k) + " version=" + all[r][LAST_VERSION + k] + ", expected the last one,"
-                                + " version=" + all[OWNER][LAST_VERSION + k]);
-                    }
-                }
-            }
-            String evicted = evictOnce(group, cache, buffer, s, held);
-            return outcome(all, s, evicted);
+        }
+        String evicted = evictOnce(group, cache, buffer, s, held);
+        return outcome(all, s, evicted);
+    }
+
+    /**
+     * {@code work}'s result; when it fails, aborts the group first: a rank that fails outside a collective makes its
+     * peers waiting in the next exchange fail at once, naming it, instead of waiting out the group's timeout. Called
+     * inside the structures' try-with-resources, so the abort comes before their collective close.
+     */
+    private static <T> T abortingOnFailure(Group group, Supplier<T> work) {
+        try {
+            return work.get();
+        } catch (RuntimeException | Error e) {
+            group.abort(String.valueOf(e.getMessage()));
+            throw e;
         }
     }
 
@@ -283,7 +308,8 @@ public final class ParameterCacheExample {
         while (heldSwap[0] < s.swaps() || heldSwap[1] < s.swaps()) {
             if (System.nanoTime() > deadline) {
                 throw new IllegalStateException("parameter cache example: serving rank=" + rank + " holds swaps "
-                        + heldSwap[0] + " and " + heldSwap[1] + " of " + ADAPTERS + " after " + WAIT_NANOS / 1_000_000_000L
+                        + heldSwap[0] + " and " + heldSwap[1] + " of " + ADAPTERS + " after "
+                        + WAIT_NANOS / 1_000_000_000L
                         + " s, expected swap " + s.swaps() + " of both (fix: see rank 0's output; it stopped putting)");
             }
             for (int k = 0; k < ADAPTERS.size(); k++) {
@@ -293,14 +319,14 @@ public final class ParameterCacheExample {
                     if (version < 0) {
                         throw new IllegalStateException("parameter cache example: " + name + " is not in rank "
                                 + OWNER + "'s part, expected it from the first put on (no name is removed or evicted"
-                                + " while serving)");
+                                + " while serving)" + DEFECT);
                     }
                     if (held[k] == null || heldVersion[k] != version) {
                         ParameterCache.Entry e = cache.get(OWNER, name);
                         long heldAt = System.nanoTime();
                         if (e == null) {
                             throw new IllegalStateException("parameter cache example: " + name + " vanished from rank "
-                                    + OWNER + " after a poll found version=" + version);
+                                    + OWNER + " after a poll found version=" + version + DEFECT);
                         }
                         MemorySegment data = e.data();
                         long swap = data.get(ValueLayout.JAVA_LONG, SWAP);
@@ -314,12 +340,12 @@ public final class ParameterCacheExample {
                         if (foreign >= 0) {
                             throw new IllegalStateException("parameter cache example: torn read of " + name
                                     + " version=" + e.version() + ": weight " + foreign + " is not swap " + swap
-                                    + "'s, though the view reported valid after the read");
+                                    + "'s, though the view reported valid after the read" + DEFECT);
                         }
                         if (e.version() <= heldVersion[k] || swap <= heldSwap[k]) {
                             throw new IllegalStateException("parameter cache example: " + name + " went back from"
                                     + " version=" + heldVersion[k] + " (swap " + heldSwap[k] + ") to version="
-                                    + e.version() + " (swap " + swap + "), expected versions to grow");
+                                    + e.version() + " (swap " + swap + "), expected versions to grow" + DEFECT);
                         }
                         held[k] = e;
                         heldSwap[k] = swap;
@@ -339,7 +365,7 @@ public final class ParameterCacheExample {
                     if (Float.floatToRawIntBits(answer) != Float.floatToRawIntBits(expected[k])) {
                         throw new IllegalStateException("parameter cache example: request on " + name + " swap "
                                 + heldSwap[k] + " answered " + answer + ", expected " + expected[k]
-                                + " bitwise (the view was valid after the read)");
+                                + " bitwise (the view was valid after the read)" + DEFECT);
                     }
                     mine[REQUESTS]++;
                 }
@@ -347,7 +373,7 @@ public final class ParameterCacheExample {
         }
         mine[SERVING_NANOS] = System.nanoTime() - start;
         for (int k = 0; k < ADAPTERS.size(); k++) {
-            mine[LAST_VERSION + k] = held[k].version();
+            mine[LAST_VERSION + k] = heldVersion[k];
         }
     }
 
@@ -361,7 +387,7 @@ public final class ParameterCacheExample {
         if (group.rank() == OWNER) {
             if (cache.get(OWNER, ADAPTERS.get(1)) == null) { // a get is a use: b is now more recent than a
                 throw new IllegalStateException("parameter cache example: " + ADAPTERS.get(1) + " missing before the"
-                        + " eviction, expected both adapters in rank " + OWNER + "'s part");
+                        + " eviction, expected both adapters in rank " + OWNER + "'s part" + DEFECT);
             }
             fill(buffer, 2, 0, s.size());
             cache.put(NEWCOMER, buffer);
@@ -371,19 +397,20 @@ public final class ParameterCacheExample {
                 : cache.version(OWNER, ADAPTERS.get(1)) < 0 ? ADAPTERS.get(1) : "nothing";
         if (!evicted.equals(ADAPTERS.get(0))) {
             throw new IllegalStateException("parameter cache example: putting " + NEWCOMER + " evicted " + evicted
-                    + ", expected " + ADAPTERS.get(0) + ", the least recently used");
+                    + ", expected " + ADAPTERS.get(0) + ", the least recently used" + DEFECT);
         }
         ParameterCache.Entry c = cache.get(OWNER, NEWCOMER);
         int foreign = c == null ? 0 : firstForeignWeight(c.data(), 2, s.size());
         if (c == null || foreign >= 0 || !c.isValid()) {
             throw new IllegalStateException("parameter cache example: " + NEWCOMER + " after its put: "
                     + (c == null ? "absent" : "weight " + foreign + " wrong, valid=" + c.isValid())
-                    + ", expected it whole");
+                    + ", expected it whole" + DEFECT);
         }
         if (group.rank() != OWNER && (held[0].isValid() || !held[1].isValid())) {
             throw new IllegalStateException("parameter cache example: after the eviction rank " + group.rank()
                     + "'s view of " + ADAPTERS.get(0) + " valid=" + held[0].isValid() + " (expected false: evicted),"
-                    + " of " + ADAPTERS.get(1) + " valid=" + held[1].isValid() + " (expected true: untouched)");
+                    + " of " + ADAPTERS.get(1) + " valid=" + held[1].isValid() + " (expected true: untouched)"
+                    + DEFECT);
         }
         group.allGatherBytes("parameter-cache-example-checked", new byte[0]); // every view checked before the close
         return evicted;

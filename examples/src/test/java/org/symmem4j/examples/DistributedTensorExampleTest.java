@@ -23,7 +23,8 @@ import org.symmem4j.parallel.group.InJvmWorld;
  */
 class DistributedTensorExampleTest {
 
-    private static final DistributedTensorExample.Settings SMALL = new DistributedTensorExample.Settings(1000, 16, 2000);
+    private static final DistributedTensorExample.Settings SMALL =
+            new DistributedTensorExample.Settings(1000, 16, 2000);
 
     @Test
     void fourRankThreadsLookUpFromPeersAndGatherTheBlocksExactly() {

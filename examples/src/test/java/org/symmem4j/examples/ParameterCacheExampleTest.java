@@ -36,14 +36,13 @@ class ParameterCacheExampleTest {
         assertEquals(2 * (50 + 1), o.versionsPut(), "the first version and 50 swaps of each adapter");
         // the owner's versions count its puts from 1, a and b in turn: the last swap put 101 (a) and 102 (b)
         assertEquals(List.of(101L, 102L), o.finalVersions());
-        assertTrue(o.switches() >= 2 * 2, "each serving rank took at least the first and the last version of each"
-                + " adapter: " + o);
-        assertTrue(o.switches() <= 2 * o.versionsPut(), "no serving rank takes a version twice: " + o);
-        assertTrue(o.requests() >= 2 * 2 * ParameterCacheExample.BATCH, "every serving rank answered a batch per"
-                + " adapter at least: " + o);
+        assertTrue(o.switches() >= 2 * 2, "each serving rank took at least one version of each adapter: " + o);
+        assertTrue(o.switches() <= o.servers() * o.versionsPut(), "no serving rank takes a version twice: " + o);
+        assertTrue(o.requests() >= 2 * ParameterCacheExample.BATCH, "every serving rank answered a batch at least: "
+                + o);
         assertTrue(o.maxSwitchNanos() > 0 && o.meanSwitchNanos() <= o.maxSwitchNanos(), o.toString());
         assertEquals("adapter/a", o.evicted());
-        assertTrue(o.line().contains("rank 0 swapped 102 versions of 2 adapters x 256 floats while 2 serving ranks"),
+        assertTrue(o.line().contains("rank 0 swapped 102 versions of 2 adapters x 256 floats while 2 serving rank(s)"),
                 o.line());
     }
 
@@ -64,8 +63,8 @@ class ParameterCacheExampleTest {
     }
 
     private static final Pattern LINE = Pattern.compile("\\[rank 0\\] parameter cache: rank 0 swapped (\\d+) versions"
-            + " of 2 adapters x (\\d+) floats while (\\d+) serving ranks answered (\\d+) requests.*every serving rank"
-            + " ended on the last versions \\[(\\d+), (\\d+)\\].*putting adapter/c evicted adapter/a");
+            + " of 2 adapters x (\\d+) floats while (\\d+) serving rank\\(s\\) answered (\\d+) requests.*every"
+            + " serving rank ended on the last versions \\[(\\d+), (\\d+)\\].*putting adapter/c evicted adapter/a");
 
     @Test
     void threeLaunchedProcessesServeEverySwapAndEvictTheLeastRecentlyUsed() throws IOException {
@@ -80,7 +79,7 @@ class ParameterCacheExampleTest {
         assertEquals("102", m.group(1));
         assertEquals("256", m.group(2));
         assertEquals("2", m.group(3), "ranks 1 and 2 serve");
-        assertTrue(Long.parseLong(m.group(4)) >= 2 * 2 * ParameterCacheExample.BATCH, out);
+        assertTrue(Long.parseLong(m.group(4)) >= 2 * ParameterCacheExample.BATCH, out);
         assertEquals(List.of("101", "102"), List.of(m.group(5), m.group(6)));
         assertTrue(!out.contains("[rank 1] parameter cache") && !out.contains("[rank 2] parameter cache"),
                 "only rank 0 prints: " + out);
