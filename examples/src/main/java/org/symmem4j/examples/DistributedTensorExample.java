@@ -5,7 +5,6 @@ import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.util.Arrays;
 import java.util.List;
-import java.util.function.Supplier;
 import java.util.SplittableRandom;
 
 import org.symmem4j.parallel.Group;
@@ -164,7 +163,7 @@ public final class DistributedTensorExample {
         int[] grid = grid(n);
         try (DistributedTensor table = DistributedTensor.create(group, TensorSharding.rows(), ElementType.FLOAT32,
                 s.rows(), s.dim())) {
-            return abortingOnFailure(group, () -> shareTable(group, s, table, grid));
+            return RankFailures.abortingOnFailure(group, () -> shareTable(group, s, table, grid));
         }
     }
 
@@ -178,7 +177,7 @@ public final class DistributedTensorExample {
         int sliceRows = copySliceAcrossBoundary(table, me, n);
 
         try (DistributedTensor blocks = table.redistribute(TensorSharding.blocks(grid[0], grid[1]))) {
-            return abortingOnFailure(group, () -> {
+            return RankFailures.abortingOnFailure(group, () -> {
                 updateOwnBlock(blocks, me);
                 MemorySegment whole = me == 0 ? MemorySegment.ofArray(new float[s.rows() * s.dim()]) : null;
                 blocks.gather(0, whole); // collective: every block's update is in
@@ -196,19 +195,6 @@ public final class DistributedTensorExample {
         }
     }
 
-    /**
-     * {@code work}'s result; when it fails, aborts the group first: a rank that fails outside a collective makes its
-     * peers waiting in the next exchange fail at once, naming it, instead of waiting out the group's timeout. Called
-     * inside the structures' try-with-resources, so the abort comes before their collective close.
-     */
-    private static <T> T abortingOnFailure(Group group, Supplier<T> work) {
-        try {
-            return work.get();
-        } catch (RuntimeException | Error e) {
-            group.abort(String.valueOf(e.getMessage()));
-            throw e;
-        }
-    }
 
     private static void fillOwnRows(DistributedTensor table, int me) {
         MemorySegment shard = table.localShard();

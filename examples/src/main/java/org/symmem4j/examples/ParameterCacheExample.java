@@ -6,7 +6,6 @@ import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.util.List;
 import java.util.concurrent.locks.LockSupport;
-import java.util.function.Supplier;
 
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
@@ -229,7 +228,7 @@ public final class ParameterCacheExample {
         try (ParameterCache cache = ParameterCache.create(group, budget, NAMES_PER_RANK);
              Arena arena = Arena.ofConfined()) {
             MemorySegment buffer = arena.allocate(WEIGHTS + 4L * s.size(), 8);
-            return abortingOnFailure(group, () -> swapAndServe(group, s, cache, buffer));
+            return RankFailures.abortingOnFailure(group, () -> swapAndServe(group, s, cache, buffer));
         }
     }
 
@@ -263,19 +262,6 @@ public final class ParameterCacheExample {
         return outcome(all, s, evicted);
     }
 
-    /**
-     * {@code work}'s result; when it fails, aborts the group first: a rank that fails outside a collective makes its
-     * peers waiting in the next exchange fail at once, naming it, instead of waiting out the group's timeout. Called
-     * inside the structures' try-with-resources, so the abort comes before their collective close.
-     */
-    private static <T> T abortingOnFailure(Group group, Supplier<T> work) {
-        try {
-            return work.get();
-        } catch (RuntimeException | Error e) {
-            group.abort(String.valueOf(e.getMessage()));
-            throw e;
-        }
-    }
 
     /** Rank 0: S swaps of each adapter, paced; returns the puts; fills its last versions into {@code mine}. */
     private static long swap(ParameterCache cache, MemorySegment buffer, Settings s, long[] mine) {

@@ -84,42 +84,48 @@ public final class ParameterServerExample {
         try (ParameterCache cache = ParameterCache.create(group, 3 * (bytes + 64), 4);
              SymmetricRingBuffer gradients = SymmetricRingBuffer.manyToOne(group, 0, ringBytes);
              SymmetricHashMap stepsDone = SymmetricHashMap.create(group, 8, 8, 64)) {
-            if (group.rank() == 0) {
-                return serve(group, cache, gradients, stepsDone, steps, size, trainers);
-            }
-            MemorySegment grad = MemorySegment.ofArray(new float[size]);
-            for (int step = 0; step < steps; step++) {
-                ParameterCache.Entry model = awaitVersion(cache, step + 1);
-                for (int i = 0; i < size; i++) {   // zero-copy read of the server's memory
-                    float w = model.data().getAtIndex(ValueLayout.JAVA_FLOAT, i);
-                    grad.setAtIndex(ValueLayout.JAVA_FLOAT, i, w - target(group.rank(), i));
-                }
-                if (!model.isValid()) {
-                    throw new IllegalStateException("model version " + model.version() + " was freed while read");
-                }
-                gradients.put(group.rank(), grad, 0, (int) bytes);
-                stepsDone.compute(group.rank(), (cur, next) -> {
-                    next.set(ValueLayout.JAVA_LONG, 0, (cur == null ? 0 : cur.get(ValueLayout.JAVA_LONG, 0)) + 1);
-                    return true;
-                });
-            }
-            awaitVersion(cache, steps + 1); // the server's last update; then the collective closes
-            return "trainer " + group.rank() + " done";
+            // a rank that fails aborts the group before the collective closes: its peers fail at once, naming it
+            return RankFailures.abortingOnFailure(group, () -> group.rank() == 0
+                    ? serve(group, cache, gradients, stepsDone, steps, size, trainers)
+                    : train(group, cache, gradients, stepsDone, steps, size));
         }
+    }
+
+    /** A trainer's steps: read the model zero-copy, push its gradient, count the step. */
+    private static String train(Group group, ParameterCache cache, SymmetricRingBuffer gradients,
+                                SymmetricHashMap stepsDone, int steps, int size) {
+        long bytes = 4L * size;
+        MemorySegment grad = MemorySegment.ofArray(new float[size]);
+        for (int step = 0; step < steps; step++) {
+            ParameterCache.Entry model = awaitVersion(cache, step + 1);
+            for (int i = 0; i < size; i++) {   // zero-copy read of the server's memory
+                float w = model.data().getAtIndex(ValueLayout.JAVA_FLOAT, i);
+                grad.setAtIndex(ValueLayout.JAVA_FLOAT, i, w - target(group.rank(), i));
+            }
+            if (!model.isValid()) {
+                throw new IllegalStateException("model version " + model.version() + " was freed while read");
+            }
+            gradients.put(group.rank(), grad, 0, (int) bytes);
+            stepsDone.compute(group.rank(), (cur, next) -> {
+                next.set(ValueLayout.JAVA_LONG, 0, (cur == null ? 0 : cur.get(ValueLayout.JAVA_LONG, 0)) + 1);
+                return true;
+            });
+        }
+        awaitVersion(cache, steps + 1); // the server's last update; then the collective closes
+        return "trainer " + group.rank() + " done";
     }
 
     private static ParameterCache.Entry awaitVersion(ParameterCache cache, long version) {
         long deadline = System.nanoTime() + 60_000_000_000L;
-        while (true) {
-            ParameterCache.Entry e = cache.get(0, "model");
-            if (e != null && e.version() >= version) {
-                return e;
-            }
+        // the version poll allocates nothing; the view is taken once the server published the version (or a newer)
+        while (cache.version(0, "model") < version) {
             if (System.nanoTime() > deadline) {
-                throw new IllegalStateException("model version " + version + " did not come within 60 s (server rank 0)");
+                throw new IllegalStateException("model version " + version + " did not come within 60 s from the"
+                        + " server, rank 0 (fix: see rank 0's error, or give the server more time)");
             }
             Thread.onSpinWait();
         }
+        return cache.get(0, "model");
     }
 
     private static String serve(Group group, ParameterCache cache, SymmetricRingBuffer gradients,

@@ -179,13 +179,10 @@ public final class RingBufferExample {
                 for (int r = 1; r <= producers; r++) {   // collective, in the same order on every rank
                     replies.add(SymmetricRingBuffer.oneToOne(group, 0, r, REPLY_CAPACITY));
                 }
-                if (group.rank() == 0) {
-                    return aggregate(logs, replies, producers, events);
-                }
-                return produce(group.rank(), logs, replies.get(group.rank() - 1), events);
-            } catch (RuntimeException | Error e) {
-                abort(group, e); // before the collective closes below
-                throw e;
+                // before the collective closes below
+                return RankFailures.abortingOnFailure(group, () -> group.rank() == 0
+                        ? aggregate(logs, replies, producers, events)
+                        : produce(group.rank(), logs, replies.get(group.rank() - 1), events));
             } finally {
                 for (SymmetricRingBuffer reply : replies) {
                     reply.close(); // collective, in creation order
@@ -194,14 +191,6 @@ public final class RingBufferExample {
         }
     }
 
-    /**
-     * Aborts the group after this rank failed: its peers wait for it in a ring or in the collective closes, and
-     * without the abort they would wait the whole timeout; with it their waits fail at once naming this rank, and
-     * the closes free without waiting (a rank that fails first names the cause, a later abort changes nothing).
-     */
-    private static void abort(Group group, Throwable failure) {
-        group.abort(String.valueOf(failure.getMessage()));
-    }
 
     // ------------------------------------------------------------------------------------------ the producers
 

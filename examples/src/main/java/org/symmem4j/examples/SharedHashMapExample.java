@@ -261,22 +261,10 @@ public final class SharedHashMapExample {
                      slotsPerRank(corpus.documents(), ranks));
              SymmetricHashMap counts = SymmetricHashMap.create(group, WORD_KEY_BYTES, Long.BYTES,
                      slotsPerRank(corpus.vocabulary(), ranks))) {
-            try {
-                return countAndCheck(group, corpus, seen, counts);
-            } catch (RuntimeException | Error e) {
-                abort(group, e); // before the collective closes
-                throw e;
-            }
+            return RankFailures.abortingOnFailure(group, () -> countAndCheck(group, corpus, seen, counts));
         }
     }
 
-    /**
-     * Aborts the group after this rank failed: its peers wait for it in a barrier or in the collective closes, and
-     * without the abort they would wait the whole timeout; with it the closes free without waiting.
-     */
-    private static void abort(Group group, Throwable failure) {
-        group.abort(String.valueOf(failure.getMessage()));
-    }
 
     /** Counts this rank's deliveries, removes the stop words (rank 0), checks everything, shows a full partition. */
     private static Report countAndCheck(Group group, Corpus corpus, SymmetricHashMap seen, SymmetricHashMap counts) {
@@ -397,7 +385,7 @@ public final class SharedHashMapExample {
     private static long[] showFullPartition(Group group) {
         long[] result = new long[2];
         try (SymmetricHashMap tiny = SymmetricHashMap.create(group, Long.BYTES, Long.BYTES, TINY_SLOTS)) {
-            try {
+            RankFailures.abortingOnFailure(group, () -> {
                 if (group.rank() == 0) {
                     MemorySegment value = MemorySegment.ofArray(new long[1]);
                     long key = 0;
@@ -423,10 +411,7 @@ public final class SharedHashMapExample {
                         }
                     }
                 }
-            } catch (RuntimeException | Error e) {
-                abort(group, e); // before the collective close of the small map
-                throw e;
-            }
+            }); // before the collective close of the small map
             barrier(group, "full partition shown");
         }
         return result;
