@@ -226,6 +226,12 @@ public final class InJvmWorld implements AutoCloseable {
         return new InJvmGroup(this, rank);
     }
 
+    /** Pins the calling rank thread as {@code affinity} says and returns {@code rank}: the thread fails before it joins. */
+    private static int rankPinned(RankAffinity affinity, int rank) {
+        affinity.pinCurrentThread(rank);
+        return rank;
+    }
+
     /**
      * Runs {@code task} on {@code worldSize} new platform threads, one per rank, each with its
      * joined group, and returns the results in rank order. If any rank fails, waits for the others
@@ -241,12 +247,6 @@ public final class InJvmWorld implements AutoCloseable {
      *                         for the ranks, or when a rank was still running four timeouts (plus 30 s) after
      *                         the start (a wait that ignores the timeout)
      */
-    /** Pins the calling rank thread as {@code affinity} says and returns {@code rank}: the thread fails before it joins. */
-    private static int rankPinned(RankAffinity affinity, int rank) {
-        affinity.pinCurrentThread(rank);
-        return rank;
-    }
-
     public static <T> List<T> runOnEveryRank(InJvmWorld world, RankTask<T> task) {
         return runOnEveryRankSurviving(world, task).orThrow();
     }
