@@ -24,10 +24,11 @@ import org.symmem4j.parallel.sync.ProcessLiveness;
  * a unique name that records the owner's pid and start time:
  * {@code symmem4j-<pid>-<startMillis>-<random>-r<rank>}.
  *
- * <p>Lifetime: the owner unlinks its file as soon as every peer has mapped it (the mappings stay
- * valid), so a process killed after set-up leaves nothing behind. A process killed during set-up
- * can leave its file; {@link #sweepStale()} removes files whose owner process is gone, and runs
- * before every allocation and after every failed one.
+ * <p>Lifetime: once every rank has mapped every file, each rank unlinks all of them (the mappings stay
+ * valid; the owner's unlink alone would leave the file of an owner killed just before it, while its
+ * peers' allocation succeeded), so a process killed after set-up leaves nothing behind. A process
+ * killed during set-up can leave its file; {@link #sweepStale()} removes files whose owner process is
+ * gone, and runs before every allocation and after every failed one.
  */
 public final class SharedMemoryFiles {
 

@@ -122,8 +122,8 @@ public final class SharedMemoryTransport implements Transport {
                     mapFailure = e;
                 }
             }
-            // Every rank has mapped every file once all pass this exchange; then each owner
-            // unlinks its own file and the mappings live on with no name in /dev/shm.
+            // Every rank has mapped every file once all pass this exchange; then the files are unlinked
+            // and the mappings live on with no name in /dev/shm.
             List<byte[]> mapped;
             try {
                 mapped = g.allGatherBytes("shm-mapped", mapFailure == null ? new byte[0]
@@ -150,7 +150,12 @@ public final class SharedMemoryTransport implements Transport {
                 }
                 throw e;
             }
-            SharedMemoryFiles.deleteQuietly(myName);
+            // every rank has mapped every file: each unlinks them all, not only its own, so that a peer killed
+            // between the exchange and its own unlink leaves no file behind (its peers' allocation succeeded, so no
+            // failure's sweep follows; they fail later, in a collective). names[rank] is this rank's own.
+            for (String name : names) {
+                SharedMemoryFiles.deleteQuietly(name);
+            }
             unlinked = true;
             return new HostSymmetricMemory(g, NAME, id, bytes, slots, datas, pads, arena::close, Pages.MADV_REMOVE);
         } catch (RuntimeException e) {
