@@ -8,9 +8,6 @@ import java.util.List;
 import java.util.SplittableRandom;
 
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
-import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.state.DistributedTensor;
 import org.symmem4j.state.ElementType;
 import org.symmem4j.state.TensorSharding;
@@ -86,17 +83,7 @@ public final class DistributedTensorExample {
             return flags;
         });
         Settings s = new Settings(f.rows, f.dim, f.lookups);
-        if (System.getenv("RANK") != null) {
-            try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
-                Outcome outcome = run(group, s);
-                if (group.rank() == 0) {
-                    System.out.println(outcome.line());
-                }
-            }
-        } else {
-            System.out.println(InJvmWorld.runOnEveryRank(f.ranks, GroupOptions.defaults(), group -> run(group, s))
-                    .getFirst().line());
-        }
+        ExampleRanks.runAndPrintRankZero("DistributedTensorExample", f.ranks, group -> run(group, s), Outcome::line);
     }
 
     /** The table's value at (row, column): exact in float32 (16 + 7 bits of 24), so checks compare bits. */
@@ -163,7 +150,7 @@ public final class DistributedTensorExample {
         int[] grid = grid(n);
         try (DistributedTensor table = DistributedTensor.create(group, TensorSharding.rows(), ElementType.FLOAT32,
                 s.rows(), s.dim())) {
-            return RankFailures.abortingOnFailure(group, () -> shareTable(group, s, table, grid));
+            return ExampleRanks.abortingOnFailure(group, () -> shareTable(group, s, table, grid));
         }
     }
 
@@ -177,7 +164,7 @@ public final class DistributedTensorExample {
         int sliceRows = copySliceAcrossBoundary(table, me, n);
 
         try (DistributedTensor blocks = table.redistribute(TensorSharding.blocks(grid[0], grid[1]))) {
-            return RankFailures.abortingOnFailure(group, () -> {
+            return ExampleRanks.abortingOnFailure(group, () -> {
                 updateOwnBlock(blocks, me);
                 MemorySegment whole = me == 0 ? MemorySegment.ofArray(new float[s.rows() * s.dim()]) : null;
                 blocks.gather(0, whole); // collective: every block's update is in

@@ -8,9 +8,6 @@ import java.util.List;
 import java.util.concurrent.locks.LockSupport;
 
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
-import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.state.ParameterCache;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -97,17 +94,7 @@ public final class ParameterCacheExample {
             return flags;
         });
         Settings s = new Settings(f.swaps, f.size, f.intervalMicros);
-        if (System.getenv("RANK") != null) {
-            try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
-                Outcome outcome = run(group, s);
-                if (group.rank() == 0) {
-                    System.out.println(outcome.line());
-                }
-            }
-        } else {
-            System.out.println(InJvmWorld.runOnEveryRank(f.ranks, GroupOptions.defaults(), group -> run(group, s))
-                    .getFirst().line());
-        }
+        ExampleRanks.runAndPrintRankZero("ParameterCacheExample", f.ranks, group -> run(group, s), Outcome::line);
     }
 
     /** Weight {@code i} of adapter {@code k} in its swap {@code s}: exact in float32 for s below 2^14. */
@@ -228,7 +215,7 @@ public final class ParameterCacheExample {
         try (ParameterCache cache = ParameterCache.create(group, budget, NAMES_PER_RANK);
              Arena arena = Arena.ofConfined()) {
             MemorySegment buffer = arena.allocate(WEIGHTS + 4L * s.size(), 8);
-            return RankFailures.abortingOnFailure(group, () -> swapAndServe(group, s, cache, buffer));
+            return ExampleRanks.abortingOnFailure(group, () -> swapAndServe(group, s, cache, buffer));
         }
     }
 

@@ -2,12 +2,8 @@ package org.symmem4j.examples;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.util.List;
 
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
-import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.state.ParameterCache;
 import org.symmem4j.state.SymmetricHashMap;
 import org.symmem4j.state.SymmetricRingBuffer;
@@ -56,20 +52,8 @@ public final class ParameterServerExample {
             }
             return flags;
         });
-        if (System.getenv("RANK") != null) {
-            try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
-                report(run(group, f.steps, f.size), group.rank());
-            }
-        } else {
-            List<String> out = InJvmWorld.runOnEveryRank(f.ranks, GroupOptions.defaults(), group -> run(group, f.steps, f.size));
-            report(out.getFirst(), 0);
-        }
-    }
-
-    private static void report(String line, int rank) {
-        if (rank == 0) {
-            System.out.println(line);
-        }
+        ExampleRanks.runAndPrintRankZero("ParameterServerExample", f.ranks, group -> run(group, f.steps, f.size),
+                line -> line);
     }
 
     /** Trainer r's target value: its gradient of 0.5 * |w - target|^2 is w - target. */
@@ -85,7 +69,7 @@ public final class ParameterServerExample {
              SymmetricRingBuffer gradients = SymmetricRingBuffer.manyToOne(group, 0, ringBytes);
              SymmetricHashMap stepsDone = SymmetricHashMap.create(group, 8, 8, 64)) {
             // a rank that fails aborts the group before the collective closes: its peers fail at once, naming it
-            return RankFailures.abortingOnFailure(group, () -> group.rank() == 0
+            return ExampleRanks.abortingOnFailure(group, () -> group.rank() == 0
                     ? serve(group, cache, gradients, stepsDone, steps, size, trainers)
                     : train(group, cache, gradients, stepsDone, steps, size));
         }

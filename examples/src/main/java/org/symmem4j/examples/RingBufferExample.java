@@ -10,9 +10,6 @@ import java.util.SplittableRandom;
 import java.util.zip.CRC32C;
 
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
-import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.state.MessageHandler;
 import org.symmem4j.state.SymmetricRingBuffer;
 import picocli.CommandLine.Command;
@@ -87,34 +84,8 @@ public final class RingBufferExample {
             }
             return flags;
         });
-        try {
-            if (System.getenv("RANK") != null) {
-                try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
-                    Report report = run(group, f.events, f.capacity);
-                    if (group.rank() == 0) {
-                        System.out.println(report.line());
-                    }
-                }
-            } else {
-                List<Report> reports = InJvmWorld.runOnEveryRank(f.ranks, GroupOptions.defaults(),
-                        group -> run(group, f.events, f.capacity));
-                System.out.println(reports.getFirst().line());
-            }
-        } catch (RuntimeException e) {
-            System.err.println("RingBufferExample failed: " + messages(e));
-            System.exit(1);
-        }
-    }
-
-    /** The messages of {@code e} and its causes, outermost first: a rank's failure arrives wrapped in thread mode. */
-    private static String messages(Throwable e) {
-        StringBuilder text = new StringBuilder(String.valueOf(e.getMessage()));
-        for (Throwable cause = e.getCause(); cause != null && cause != cause.getCause(); cause = cause.getCause()) {
-            if (cause.getMessage() != null && text.indexOf(cause.getMessage()) < 0) {
-                text.append(" <- ").append(cause.getMessage());
-            }
-        }
-        return text.toString();
+        ExampleRanks.runAndPrintRankZero("RingBufferExample", f.ranks, group -> run(group, f.events, f.capacity),
+                Report::line);
     }
 
     static void checkCapacity(int capacity) {
@@ -180,7 +151,7 @@ public final class RingBufferExample {
                     replies.add(SymmetricRingBuffer.oneToOne(group, 0, r, REPLY_CAPACITY));
                 }
                 // before the collective closes below
-                return RankFailures.abortingOnFailure(group, () -> group.rank() == 0
+                return ExampleRanks.abortingOnFailure(group, () -> group.rank() == 0
                         ? aggregate(logs, replies, producers, events)
                         : produce(group.rank(), logs, replies.get(group.rank() - 1), events));
             } finally {

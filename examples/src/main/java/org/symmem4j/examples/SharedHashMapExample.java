@@ -4,14 +4,10 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
-import java.util.List;
 import java.util.Locale;
 import java.util.SplittableRandom;
 
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
-import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.state.MapFullException;
 import org.symmem4j.state.SymmetricHashMap;
 import picocli.CommandLine.Command;
@@ -177,34 +173,7 @@ public final class SharedHashMapExample {
             return flags;
         });
         Corpus corpus = new Corpus(f.documents, f.deliveries, f.vocabulary);
-        try {
-            if (System.getenv("RANK") != null) {
-                try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
-                    Report report = run(group, corpus);
-                    if (group.rank() == 0) {
-                        System.out.println(report.line());
-                    }
-                }
-            } else {
-                List<Report> reports = InJvmWorld.runOnEveryRank(f.ranks, GroupOptions.defaults(),
-                        group -> run(group, corpus));
-                System.out.println(reports.getFirst().line());
-            }
-        } catch (RuntimeException e) {
-            System.err.println("SharedHashMapExample failed: " + messages(e));
-            System.exit(1);
-        }
-    }
-
-    /** The messages of {@code e} and its causes, outermost first: a rank's failure arrives wrapped in thread mode. */
-    private static String messages(Throwable e) {
-        StringBuilder text = new StringBuilder(String.valueOf(e.getMessage()));
-        for (Throwable cause = e.getCause(); cause != null && cause != cause.getCause(); cause = cause.getCause()) {
-            if (cause.getMessage() != null && text.indexOf(cause.getMessage()) < 0) {
-                text.append(" <- ").append(cause.getMessage());
-            }
-        }
-        return text.toString();
+        ExampleRanks.runAndPrintRankZero("SharedHashMapExample", f.ranks, group -> run(group, corpus), Report::line);
     }
 
     /** {@return a power of two of at least twice the keys one rank holds on average (the map stays <= ~50% full)} */
@@ -261,7 +230,7 @@ public final class SharedHashMapExample {
                      slotsPerRank(corpus.documents(), ranks));
              SymmetricHashMap counts = SymmetricHashMap.create(group, WORD_KEY_BYTES, Long.BYTES,
                      slotsPerRank(corpus.vocabulary(), ranks))) {
-            return RankFailures.abortingOnFailure(group, () -> countAndCheck(group, corpus, seen, counts));
+            return ExampleRanks.abortingOnFailure(group, () -> countAndCheck(group, corpus, seen, counts));
         }
     }
 
@@ -385,7 +354,7 @@ public final class SharedHashMapExample {
     private static long[] showFullPartition(Group group) {
         long[] result = new long[2];
         try (SymmetricHashMap tiny = SymmetricHashMap.create(group, Long.BYTES, Long.BYTES, TINY_SLOTS)) {
-            RankFailures.abortingOnFailure(group, () -> {
+            ExampleRanks.abortingOnFailure(group, () -> {
                 if (group.rank() == 0) {
                     MemorySegment value = MemorySegment.ofArray(new long[1]);
                     long key = 0;
