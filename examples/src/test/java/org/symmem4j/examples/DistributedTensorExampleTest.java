@@ -7,7 +7,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -85,11 +84,8 @@ class DistributedTensorExampleTest {
 
     @Test
     void threeLaunchedProcessesShareTheTable() throws IOException {
-        List<String> args = new ArrayList<>(List.of("-n", "3", "--master-port",
-                Integer.toString(ParameterCacheExampleTest.freePort()), "--"));
-        args.addAll(LaunchedJvm.command(List.of("-Xmx128m"), DistributedTensorExample.class,
-                List.of("--rows", "600", "--dim", "8", "--lookups", "1000")));
-        Launcher.Result launched = Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+        Launcher.Result launched = LaunchedJvm.launchRanks(3, "128m", DistributedTensorExample.class,
+                List.of("--rows", "600", "--dim", "8", "--lookups", "1000"));
         String out = launched.out();
         assertEquals(0, launched.status(), launched.err() + "\n" + out);
         Matcher m = LINE.matcher(out);

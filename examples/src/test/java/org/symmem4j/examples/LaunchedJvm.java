@@ -1,9 +1,11 @@
 package org.symmem4j.examples;
 
+import java.io.IOException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 
+import org.symmem4j.launch.Launcher;
 import org.symmem4j.parallel.ChildJvmFlags;
 
 /**
@@ -85,5 +87,31 @@ final class LaunchedJvm {
         command.add(main.getName());
         command.addAll(args);
         return command;
+    }
+
+    /**
+     * Runs {@code main} as {@code ranks} processes under the launcher ({@code symmem4j-run -n ranks --java}) on a free
+     * port, its output captured: how the shared-state examples' tests run them as processes.
+     *
+     * @param ranks    processes
+     * @param maxHeap  each one's {@code -Xmx} value, e.g. {@code "128m"}
+     * @param main     the example
+     * @param mainArgs its arguments
+     * @return the launcher's status and the ranks' output
+     * @throws IOException when no free port can be had
+     */
+    static Launcher.Result launchRanks(int ranks, String maxHeap, Class<?> main, List<String> mainArgs)
+            throws IOException {
+        List<String> args = new ArrayList<>(List.of("-n", Integer.toString(ranks), "--master-port",
+                Integer.toString(freePort()), "--"));
+        args.addAll(command(List.of("-Xmx" + maxHeap), main, mainArgs));
+        return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+    }
+
+    /** A loopback port free a moment ago. */
+    static int freePort() throws IOException {
+        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
+            return s.getLocalPort();
+        }
     }
 }

@@ -7,7 +7,6 @@ import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -68,10 +67,8 @@ class ParameterCacheExampleTest {
 
     @Test
     void threeLaunchedProcessesServeEverySwapAndEvictTheLeastRecentlyUsed() throws IOException {
-        List<String> args = new ArrayList<>(List.of("-n", "3", "--master-port", Integer.toString(freePort()), "--"));
-        args.addAll(LaunchedJvm.command(List.of("-Xmx128m"), ParameterCacheExample.class,
-                List.of("--swaps", "50", "--size", "256", "--interval-us", "100")));
-        Launcher.Result launched = Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+        Launcher.Result launched = LaunchedJvm.launchRanks(3, "128m", ParameterCacheExample.class,
+                List.of("--swaps", "50", "--size", "256", "--interval-us", "100"));
         String out = launched.out();
         assertEquals(0, launched.status(), launched.err() + "\n" + out);
         Matcher m = LINE.matcher(out);
@@ -83,11 +80,5 @@ class ParameterCacheExampleTest {
         assertEquals(List.of("101", "102"), List.of(m.group(5), m.group(6)));
         assertTrue(!out.contains("[rank 1] parameter cache") && !out.contains("[rank 2] parameter cache"),
                 "only rank 0 prints: " + out);
-    }
-
-    static int freePort() throws IOException {
-        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
-            return s.getLocalPort();
-        }
     }
 }

@@ -7,7 +7,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.util.ArrayList;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 import org.symmem4j.launch.Launcher;
@@ -104,10 +103,8 @@ class RingBufferExampleTest {
 
     @Test
     void threeLaunchedProcessesAggregateAsRankZeroReports() throws IOException {
-        List<String> args = new ArrayList<>(List.of("-n", "3", "--master-port", Integer.toString(freePort()), "--"));
-        args.addAll(LaunchedJvm.command(List.of("-Xmx256m"), RingBufferExample.class,
-                List.of("--events", Integer.toString(EVENTS), "--capacity", Integer.toString(CAPACITY))));
-        Launcher.Result launched = Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+        Launcher.Result launched = LaunchedJvm.launchRanks(3, "256m", RingBufferExample.class,
+                List.of("--events", Integer.toString(EVENTS), "--capacity", Integer.toString(CAPACITY)));
         String out = launched.out();
         assertEquals(0, launched.status(), launched.err() + "\n" + out);
         long bytes = expectedStream(1, EVENTS)[0] + expectedStream(2, EVENTS)[0];
@@ -118,11 +115,5 @@ class RingBufferExampleTest {
         assertTrue(out.contains("2 receipts sent back on one-to-one rings"), out);
         assertTrue(!out.contains("[rank 1] ring buffer") && !out.contains("[rank 2] ring buffer"),
                 "only rank 0 prints: " + out);
-    }
-
-    static int freePort() throws IOException {
-        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
-            return s.getLocalPort();
-        }
     }
 }

@@ -8,7 +8,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
@@ -129,11 +128,8 @@ class SharedHashMapExampleTest {
 
     @Test
     void threeLaunchedProcessesCountAsRankZeroReports() throws IOException {
-        List<String> args = new ArrayList<>(List.of("-n", "3", "--master-port",
-                Integer.toString(RingBufferExampleTest.freePort()), "--"));
-        args.addAll(LaunchedJvm.command(List.of("-Xmx256m"), SharedHashMapExample.class,
-                List.of("--documents", "400", "--deliveries", "200", "--vocabulary", "500")));
-        Launcher.Result launched = Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+        Launcher.Result launched = LaunchedJvm.launchRanks(3, "256m", SharedHashMapExample.class,
+                List.of("--documents", "400", "--deliveries", "200", "--vocabulary", "500"));
         String out = launched.out();
         assertEquals(0, launched.status(), launched.err() + "\n" + out);
         long[] expected = expected();
