@@ -2,7 +2,6 @@ package org.symmem4j.examples;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.ByteBuffer;
 import java.util.Arrays;
 import java.util.List;
 import java.util.SplittableRandom;
@@ -169,7 +168,7 @@ public final class DistributedTensorExample {
                 MemorySegment whole = me == 0 ? MemorySegment.ofArray(new float[s.rows() * s.dim()]) : null;
                 blocks.gather(0, whole); // collective: every block's update is in
                 long[] verdict = me == 0 ? checkGathered(whole, s) : new long[] {0, -1};
-                long[][] all = exchange(group, "distributed-tensor-example-checked",
+                long[][] all = ExampleRanks.allGatherLongs(group, "distributed-tensor-example-checked",
                         new long[] {counts[0], counts[1], counts[2], counts[3], verdict[0], verdict[1]});
                 if (all[0][4] != 0) { // every rank fails together: rank 0's verdict came with the exchange
                     long at = all[0][5];
@@ -311,22 +310,6 @@ public final class DistributedTensorExample {
             }
         }
         return new long[] {wrong, first};
-    }
-
-    private static long[][] exchange(Group group, String tag, long[] mine) {
-        ByteBuffer b = ByteBuffer.allocate(8 * mine.length);
-        for (long v : mine) {
-            b.putLong(v);
-        }
-        List<byte[]> all = group.allGatherBytes(tag, b.array());
-        long[][] out = new long[all.size()][mine.length];
-        for (int r = 0; r < all.size(); r++) {
-            ByteBuffer in = ByteBuffer.wrap(all.get(r));
-            for (int i = 0; i < mine.length; i++) {
-                out[r][i] = in.getLong();
-            }
-        }
-        return out;
     }
 
     private static Outcome outcome(long[][] all, Settings s, int sliceRows, int[] grid, long gathered) {

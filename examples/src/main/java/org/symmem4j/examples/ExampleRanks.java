@@ -1,5 +1,6 @@
 package org.symmem4j.examples;
 
+import java.nio.ByteBuffer;
 import java.util.List;
 import java.util.function.Function;
 import java.util.function.Supplier;
@@ -14,6 +15,8 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * <ul>
  *   <li>{@link #runAndPrintRankZero}: one JVM per rank when a launcher started this process ({@code RANK} set), else
  *       rank threads in this JVM; rank 0 prints its line; a failure prints its messages and exits 1;</li>
+ *   <li>{@link #allGatherLongs}: every rank's numbers, through the group's set-up exchange (the examples' results
+ *       and checks, not their data path);</li>
  *   <li>{@link #abortingOnFailure}: a rank that fails aborts its group first, then throws. A rank that fails outside a
  *       collective (a check of its own result, a refused argument) leaves its peers waiting for it in the next
  *       exchange or in the structures' collective close, each for the group's whole timeout; after the abort their
@@ -94,5 +97,24 @@ final class ExampleRanks {
             work.run();
             return null;
         });
+    }
+
+    /**
+     * Collective: every rank's {@code mine}, in rank order (each rank passes as many as every other).
+     *
+     * @param group this rank's group
+     * @param tag   the exchange's name, the same on every rank
+     * @param mine  this rank's numbers
+     * @return {@code [rank][i]}
+     */
+    static long[][] allGatherLongs(Group group, String tag, long[] mine) {
+        ByteBuffer b = ByteBuffer.allocate(Long.BYTES * mine.length);
+        b.asLongBuffer().put(mine);
+        List<byte[]> all = group.allGatherBytes(tag, b.array());
+        long[][] out = new long[all.size()][mine.length];
+        for (int r = 0; r < all.size(); r++) {
+            ByteBuffer.wrap(all.get(r)).asLongBuffer().get(out[r]);
+        }
+        return out;
     }
 }

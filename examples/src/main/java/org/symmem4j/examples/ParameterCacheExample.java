@@ -3,7 +3,6 @@ package org.symmem4j.examples;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.ByteBuffer;
 import java.util.List;
 import java.util.concurrent.locks.LockSupport;
 
@@ -235,7 +234,7 @@ public final class ParameterCacheExample {
         } else {
             serve(cache, s, group.rank(), held, mine);
         }
-        long[][] all = exchange(group, "parameter-cache-example-served", mine);
+        long[][] all = ExampleRanks.allGatherLongs(group, "parameter-cache-example-served", mine);
         for (int r = 1; r < all.length; r++) {
             for (int k = 0; k < ADAPTERS.size(); k++) {
                 if (all[r][LAST_VERSION + k] != all[OWNER][LAST_VERSION + k]) {
@@ -387,22 +386,6 @@ public final class ParameterCacheExample {
         }
         group.allGatherBytes("parameter-cache-example-checked", new byte[0]); // every view checked before the close
         return evicted;
-    }
-
-    private static long[][] exchange(Group group, String tag, long[] mine) {
-        ByteBuffer b = ByteBuffer.allocate(8 * mine.length);
-        for (long v : mine) {
-            b.putLong(v);
-        }
-        List<byte[]> all = group.allGatherBytes(tag, b.array());
-        long[][] out = new long[all.size()][mine.length];
-        for (int r = 0; r < all.size(); r++) {
-            ByteBuffer in = ByteBuffer.wrap(all.get(r));
-            for (int i = 0; i < mine.length; i++) {
-                out[r][i] = in.getLong();
-            }
-        }
-        return out;
     }
 
     private static Outcome outcome(long[][] all, Settings s, String evicted) {

@@ -2,7 +2,6 @@ package org.symmem4j.examples;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.Locale;
 import java.util.SplittableRandom;
@@ -392,12 +391,10 @@ public final class SharedHashMapExample {
 
     /** Collective: every rank's {@code values}, summed element by element. */
     private static long[] gatherSums(Group group, String tag, long[] values) {
-        ByteBuffer mine = ByteBuffer.allocate(values.length * Long.BYTES);
-        mine.asLongBuffer().put(values);
         long[] sums = new long[values.length];
-        for (byte[] theirs : group.allGatherBytes("hash map example: " + tag, mine.array())) {
+        for (long[] theirs : ExampleRanks.allGatherLongs(group, "hash map example: " + tag, values)) {
             for (int i = 0; i < sums.length; i++) {
-                sums[i] += ByteBuffer.wrap(theirs).getLong(i * Long.BYTES);
+                sums[i] += theirs[i];
             }
         }
         return sums;
@@ -406,9 +403,8 @@ public final class SharedHashMapExample {
     /** Collective: the largest of every rank's {@code value}. */
     private static long gatherMax(Group group, String tag, long value) {
         long max = Long.MIN_VALUE;
-        for (byte[] theirs : group.allGatherBytes("hash map example: " + tag,
-                ByteBuffer.allocate(Long.BYTES).putLong(value).array())) {
-            max = Math.max(max, ByteBuffer.wrap(theirs).getLong());
+        for (long[] theirs : ExampleRanks.allGatherLongs(group, "hash map example: " + tag, new long[] {value})) {
+            max = Math.max(max, theirs[0]);
         }
         return max;
     }
