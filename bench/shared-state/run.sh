@@ -57,7 +57,10 @@
 #           change of ours against its control in the same run: each fork of the default is paired with a fork under
 #           that property (fork and peer), ABBA over the fork pairs, so a cell takes twice the forks; the summary adds the
 #           control's rows and the change's effect with a t interval over the fork pairs. The step's summary is printed
-#           to stdout too (a call whose result folder does not come back still shows it)
+#           to stdout too (a call whose result folder does not come back still shows it). RINGPAIRED_IDLE=noop: every
+#           spinning loop of both processes polls again at once after an empty poll (Agrona's NoOpIdleStrategy) instead
+#           of Thread.onSpinWait (pause, the default, Agrona's BusySpinIdleStrategy); RINGPAIRED_CONTROL=
+#           -Dsymmem4j.bench.ring.idle=noop measures the one against the other
 #   chronicle-p99 MapLatencySuite (MapBenchmark in sample-time mode): get and put latency p50/p90/p99/p99.9 at 2
 #           processes on one map, symmem4j's SymmetricHashMap against Chronicle Map persisted to /dev/shm, in one run,
 #           with the forks' p99 range; table in map-latency-summary.md. P99_FORKS (3), P99_WI (2), P99_I (3),
@@ -191,7 +194,7 @@ ring_paired() {
     org.symmem4j.benchmarks.RingPairedSuite --out "$out" --forks "${RINGPAIRED_FORKS:-3}" --pairs "${RINGPAIRED_PAIRS:-30}" \
     --block-ms "${RINGPAIRED_BLOCK_MS:-100}" --warmup-blocks "${RINGPAIRED_WB:-30}" --sizes "${RINGPAIRED_SIZES:-64}" \
     --fills "${RINGPAIRED_FILLS:-25,75}" ${RINGPAIRED_KINDS:+--kinds "$RINGPAIRED_KINDS"} ${RINGPAIRED_RTT:+--round-trip} \
-    ${RINGPAIRED_CONTROL:+--control "$RINGPAIRED_CONTROL"} > ring-paired.txt 2>&1
+    ${RINGPAIRED_CONTROL:+--control "$RINGPAIRED_CONTROL"} ${RINGPAIRED_IDLE:+--idle "$RINGPAIRED_IDLE"} > ring-paired.txt 2>&1
   local code=$?
   echo "== ring-paired: exit=$code at ${SECONDS}s" | tee -a summary.txt
   # the report of the cells finished (rewritten after each: a run cut by the limit keeps them), on stdout too

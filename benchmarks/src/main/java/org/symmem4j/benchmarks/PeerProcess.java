@@ -55,11 +55,14 @@ final class PeerProcess {
         List<String> command = new ArrayList<>(List.of(java));
         command.addAll(JVM_FLAGS);
         // the fork's own module openings (a benchmark of a library that needs them, e.g. Agrona, Chronicle Map), and the
-        // ring's switches (-Dsymmem4j.ring.*: a control run, RingPairedSuite --control, sets both processes' rings)
+        // ring's switches (-Dsymmem4j.ring.*: a control run, RingPairedSuite --control, sets both processes' rings), and
+        // the fork's JIT and diagnostic flags (-XX:..., e.g. a control's inlining limits or -XX:+PrintInlining), so that
+        // both ends of a measured link run under the same compiler settings
         ManagementFactory.getRuntimeMXBean().getInputArguments().stream()
                 .filter(a -> a.startsWith("--add-opens") || a.startsWith("--add-exports")
                         || a.startsWith("--sun-misc-unsafe-memory-access") || a.startsWith("-Dchronicle.")
-                        || a.startsWith("-Dsymmem4j.bench.") || a.startsWith("-Dsymmem4j.ring."))
+                        || a.startsWith("-Dsymmem4j.bench.") || a.startsWith("-Dsymmem4j.ring.")
+                        || a.startsWith("-XX:"))
                 .forEach(command::add);
         command.addAll(List.of("-cp", System.getProperty("java.class.path"), BenchPeer.class.getName()));
         command.addAll(List.of(peerArgs));

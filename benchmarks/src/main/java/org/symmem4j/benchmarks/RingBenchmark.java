@@ -161,7 +161,7 @@ public class RingBenchmark {
     @OutputTimeUnit(TimeUnit.SECONDS)
     public void throughput() {
         while (!rings.send(RingPair.DRAIN, messageBytes)) {
-            Thread.onSpinWait();
+            RingPair.idle();
         }
     }
 
@@ -172,11 +172,11 @@ public class RingBenchmark {
     public int roundTrip() {
         int before = echoes;
         while (!rings.send(RingPair.ECHO, messageBytes)) {
-            Thread.onSpinWait();
+            RingPair.idle();
         }
         while (echoes == before) {
             if (rings.receive() == 0) {
-                Thread.onSpinWait();
+                RingPair.idle();
             }
         }
         return echoes;
@@ -186,7 +186,7 @@ public class RingBenchmark {
     public void tearDown() throws Exception {
         for (RingPair r : lanes == null ? new RingPair[] {rings} : lanes) {
             while (!r.send(RingPair.STOP, 0)) {
-                Thread.onSpinWait();
+                RingPair.idle();
             }
         }
         peer.group().allGatherBytes("ring-bench-done", new byte[0]);

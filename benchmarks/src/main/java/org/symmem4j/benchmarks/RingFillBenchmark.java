@@ -340,7 +340,7 @@ public class RingFillBenchmark {
         long since = 0;
         int spins = 0;
         while (s - (consumedSeen = pacer.consumed()) >= window) {
-            Thread.onSpinWait();
+            RingPair.idle();
             if ((++spins & (SPINS_PER_YIELD - 1)) == 0) {
                 Thread.yield();
             }
@@ -436,7 +436,7 @@ public class RingFillBenchmark {
                 if (allStopped(all)) {
                     break;
                 }
-                Thread.onSpinWait();
+                RingPair.idle();
                 if ((++spins & (SPINS_PER_YIELD - 1)) == 0) {
                     Thread.yield();
                 }

@@ -110,6 +110,35 @@ public abstract class RingPair implements AutoCloseable {
         return length;
     }
 
+    /**
+     * Whether the benchmark's spinning loops pause between two empty polls ({@code Thread.onSpinWait()}, x86's
+     * {@code PAUSE}: Agrona's {@code BusySpinIdleStrategy}, the default) or poll again at once (Agrona's
+     * {@code NoOpIdleStrategy}: {@code -Dsymmem4j.bench.ring.idle=noop}). Every ring and both processes run under the
+     * same one (the peer inherits the property). A pause delays the detection of a message by up to its own latency
+     * (some 40 to 140 cycles, by the core), which in a round trip both sides pay and which is a large share of a
+     * sub-microsecond trip.
+     */
+    static final boolean PAUSE_WHEN_IDLE = pauseWhenIdle(System.getProperty("symmem4j.bench.ring.idle"));
+
+    static boolean pauseWhenIdle(String value) {
+        if (value == null || value.isBlank() || value.trim().equals("pause")) {
+            return true;
+        }
+        if (value.trim().equals("noop")) {
+            return false;
+        }
+        throw new IllegalArgumentException("ring benchmark idle strategy (symmem4j.bench.ring.idle, RingPairedSuite"
+                + " --idle)=" + value + " expected pause or noop (fix: noop to poll again at once, pause or nothing"
+                + " for Thread.onSpinWait)");
+    }
+
+    /** What a spinning loop of the ring benchmarks does after an empty poll or a full ring: see {@link #PAUSE_WHEN_IDLE}. */
+    static void idle() {
+        if (PAUSE_WHEN_IDLE) {
+            Thread.onSpinWait();
+        }
+    }
+
     /** Sends {@code length} bytes of a fixed source buffer as a message of {@code type}; false when full. */
     abstract boolean send(int type, int length);
 
@@ -349,7 +378,7 @@ public abstract class RingPair implements AutoCloseable {
                                 + " 30 s (publication connected=" + out.isConnected() + ", subscription connected="
                                 + in.isConnected() + "; fix: check bench-peer.log for the peer's error)");
                     }
-                    Thread.onSpinWait();
+                    idle();
                 }
             } catch (RuntimeException | Error e) {
                 aeron.close();
@@ -416,7 +445,7 @@ public abstract class RingPair implements AutoCloseable {
                         (type, length) -> {
                             if (type == ECHO) {
                                 while (!self[lane].send(ECHO, length)) {
-                                    Thread.onSpinWait();
+                                    idle();
                                 }
                             } else if (type == STOP) {
                                 stop[lane] = true;
@@ -433,7 +462,7 @@ public abstract class RingPair implements AutoCloseable {
                     stopped += stop[i] ? 1 : 0;
                 }
                 if (got == 0) {
-                    Thread.onSpinWait();
+                    idle();
                 }
             }
             group.allGatherBytes("ring-bench-done", new byte[0]);

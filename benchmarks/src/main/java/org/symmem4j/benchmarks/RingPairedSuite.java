@@ -36,6 +36,7 @@ import picocli.CommandLine.Option;
  * <pre>
  *   RingPairedSuite [--out DIR] [--forks 3] [--pairs 30] [--block-ms 100] [--warmup-blocks 20] [--sizes 64]
  *                   [--fills 25,75] [--kinds SYMMEM_MANY_TO_ONE,...] [--round-trip] [--control -Dname=value]
+ *                   [--idle pause|noop]
  * </pre>
  *
  * {@code --control -Dsymmem4j.ring.X=old} measures a change of ours against its control in the same run: every fork of
@@ -54,6 +55,9 @@ import picocli.CommandLine.Option;
  * to start the two JVMs and map the rings): the defaults ~26 s, 4 kinds × 2 levels ~3.5 min on 16 cores.
  */
 public final class RingPairedSuite {
+
+    /** The ring benchmarks' idle strategy, as a JVM argument's name ({@link RingPair#PAUSE_WHEN_IDLE}). */
+    static final String IDLE_PROPERTY = "-Dsymmem4j.bench.ring.idle";
 
     private RingPairedSuite() {
     }
@@ -91,6 +95,10 @@ public final class RingPairedSuite {
                 + " paired with a fork of its own under it (ABBA over the fork pairs, the peer too); the report adds the"
                 + " control's rows and the change's effect with a 95 %% t interval over the fork pairs")
         String control;
+        @Option(names = "--idle", paramLabel = "STRATEGY", description = "what every spinning loop of both processes"
+                + " does after an empty poll, for both rings: pause (Thread.onSpinWait, Agrona's BusySpinIdleStrategy)"
+                + " or noop (poll again at once, Agrona's NoOpIdleStrategy)")
+        String idle = "pause";
     }
 
     /**
@@ -178,6 +186,7 @@ public final class RingPairedSuite {
             throw new IllegalArgumentException("--control=" + flags.control + " expected one system property of"
                     + " symmem4j's, -Dsymmem4j.NAME=VALUE (fix: e.g. --control -Dsymmem4j.ring.headerLineFirst=false)");
         }
+        RingPair.pauseWhenIdle(flags.idle); // refuses anything but pause or noop, before a fork starts
         RingFillBenchmark.checkSizesAndFills(flags.sizes, flags.roundTrip ? new int[0] : flags.fills);
         return flags;
     }
@@ -256,6 +265,11 @@ public final class RingPairedSuite {
                         + (rtt ? "rtt" : Integer.toString(fill)) + tag + ".json").toString());
         if (!rtt) {
             builder.param("fillPercent", Integer.toString(fill));
+        }
+        // both processes (the peer inherits the fork's -Dsymmem4j.bench.* properties, PeerProcess), unless this run is
+        // a control of the idle strategy itself: a later -D of the same name would win over the control's
+        if (control == null || !control.startsWith(IDLE_PROPERTY + "=")) {
+            builder.jvmArgsAppend(IDLE_PROPERTY + "=" + f.idle);
         }
         if (control != null) {
             // prepended: the benchmark's own appended arguments stay, and so do the host JVM's, which JMH hands on
@@ -397,9 +411,9 @@ public final class RingPairedSuite {
         StringBuilder md = new StringBuilder();
         md.append(String.format(Locale.ROOT, "%n## Rings paired%s, 2 processes: symmem4j against Agrona, block by"
                         + " block%n%ncpus: %s; %d forks per cell, each %d warm-up blocks and %d pairs of %d ms blocks"
-                        + " (ABBA); ring %d bytes%s%n%n", f.roundTrip ? " (round trip, each block's p50 and p99)"
+                        + " (ABBA); ring %d bytes; idle strategy %s%s%n%n", f.roundTrip ? " (round trip, each block's p50 and p99)"
                         : " at a held fill level", System.getProperty(BenchCpus.PROPERTY, "not pinned"), f.forks,
-                f.warmupBlocks, f.pairs, f.blockMs, RingFillBenchmark.CAPACITY, f.roundTrip ? ""
+                f.warmupBlocks, f.pairs, f.blockMs, RingFillBenchmark.CAPACITY, f.idle, f.roundTrip ? ""
                         : "; consumer batch " + RingFillBenchmark.BATCH + " messages"));
         md.append("| family | fill % | bytes | ours | against | ours | Agrona | ours / Agrona | paired Δ %, 95 % t |"
                 + " 95 % bootstrap | verdict |\n|---|---:|---:|---|---|---:|---:|---:|---:|---:|---|\n");

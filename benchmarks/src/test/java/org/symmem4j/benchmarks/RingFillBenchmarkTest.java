@@ -224,4 +224,14 @@ class RingFillBenchmarkTest {
         }
         return fork;
     }
+
+    @Test
+    void theIdleStrategyIsPauseOrNoopAndAnythingElseIsRefused() {
+        assertTrue(RingPair.pauseWhenIdle(null));
+        assertTrue(RingPair.pauseWhenIdle("pause"));
+        assertFalse(RingPair.pauseWhenIdle(" noop "));
+        var e = assertThrows(IllegalArgumentException.class, () -> RingPair.pauseWhenIdle("busy"));
+        assertTrue(e.getMessage().contains("=busy expected pause or noop") && e.getMessage().contains("fix:"),
+                e.getMessage());
+    }
 }
