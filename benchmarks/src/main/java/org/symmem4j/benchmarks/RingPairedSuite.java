@@ -266,15 +266,18 @@ public final class RingPairedSuite {
         if (!rtt) {
             builder.param("fillPercent", Integer.toString(fill));
         }
-        // both processes (the peer inherits the fork's -Dsymmem4j.bench.* properties, PeerProcess), unless this run is
-        // a control of the idle strategy itself: a later -D of the same name would win over the control's
+        // prepended, in one call (a second replaces the first): the benchmark's own appended arguments stay (the
+        // options' jvmArgsAppend would replace its @Fork list, --add-exports included), and so do the host JVM's,
+        // which JMH hands on. The idle strategy reaches both processes (the peer inherits the fork's
+        // -Dsymmem4j.bench.* properties, PeerProcess), unless this run is a control of the idle strategy itself
+        List<String> prepended = new ArrayList<>();
         if (control == null || !control.startsWith(IDLE_PROPERTY + "=")) {
-            builder.jvmArgsAppend(IDLE_PROPERTY + "=" + f.idle);
+            prepended.add(IDLE_PROPERTY + "=" + f.idle);
         }
         if (control != null) {
-            // prepended: the benchmark's own appended arguments stay, and so do the host JVM's, which JMH hands on
-            builder.jvmArgsPrepend(control);
+            prepended.add(control);
         }
+        builder.jvmArgsPrepend(prepended.toArray(String[]::new));
         Options options = builder.build();
         int[] percentiles = rtt ? ROUND_TRIP_PERCENTILES : new int[] {0};
         List<List<double[]>> forks = new ArrayList<>();
