@@ -33,6 +33,9 @@ if [ -z "$nvcc_bin" ]; then
   if [ "$name" = symmem4j.fatbin ]; then
     manifest_line "ABSENT (built without nvcc: the CUDA transport can run only Algorithm.NCCL)"
     what="on GPUs only Algorithm.NCCL can run. Host code is unaffected."
+  elif [ "$name" = remote_read_rounds.fatbin ]; then
+    manifest_line "ABSENT (built without nvcc: GpuRemoteShardBench measures no in-kernel read)"
+    what="GpuRemoteShardBench's in-kernel read cells cannot run (its other cells can)."
   else
     manifest_line "ABSENT (built without nvcc: UserKernelAllReduceExample and CudaUserKernelTest cannot run)"
     what="the user-kernel example (UserKernelAllReduceExample) and its GPU test cannot run."

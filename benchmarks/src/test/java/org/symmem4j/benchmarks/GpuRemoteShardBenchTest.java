@@ -35,4 +35,33 @@ class GpuRemoteShardBenchTest {
         assertTrue(md.contains("Met at: GPU 1, 1 KiB."), md);
         assertTrue(md.contains("## GPU 1 -> GPU 0, eager"), md);
     }
+
+    @Test
+    void theInKernelSectionComparesTheRunningKernelsReadWithNcclAndNamesTheTenfold() {
+        List<Long> sizes = List.of(1024L, 4096L);
+        List<Cell> cells = new ArrayList<>();
+        for (long bytes : sizes) {
+            cells.add(new Cell(1, bytes, GpuRemoteShardBench.NCCL, false, 10.0, 0.01));
+            cells.add(new Cell(1, bytes, GpuRemoteShardBench.NCCL, true, 8.0, 0.01));
+            cells.add(new Cell(1, bytes, GpuRemoteShardBench.IN_KERNEL_REMOTE, false, bytes == 1024 ? 0.5 : 2.0, 0.01));
+            cells.add(new Cell(1, bytes, GpuRemoteShardBench.IN_KERNEL_LOCAL, false, 0.25, 0.01));
+        }
+        String md = GpuRemoteShardBench.inKernelReport(cells, sizes, 2, null);
+        assertTrue(md.contains("| 1 KiB | 0.500 | 0.250 | 10.00 | 8.00 | 20.0× | 16.0× | 2.0 |"), md);
+        assertTrue(md.contains("| 4 KiB | 2.000 | 0.250 | 10.00 | 8.00 | 5.0× | 4.0× | 2.0 |"), md);
+        assertTrue(md.contains("by the in-kernel read: met at GPU 1, 1 KiB."), md);
+        String absent = GpuRemoteShardBench.inKernelReport(List.of(), sizes, 2, "ABSENT: no image");
+        assertTrue(absent.contains("Not measured: ABSENT: no image."), absent);
+    }
+
+    @Test
+    void theInKernelChecksumIsTheRoundsXorOfTheWordsXorPlusTheRound() {
+        // 1 KiB of rank 1's shard: 256 words of the pattern; two rounds: (w + 0) ^ (w + 1)
+        int words = 0;
+        for (int i = 0; i < 256; i++) {
+            words ^= GpuRemoteShardBench.pattern(1, i);
+        }
+        assertEquals(Integer.toUnsignedLong(words ^ (words + 1)), GpuRemoteShardBench.inKernelCheck(1, 1024, 2));
+        assertEquals(Integer.toUnsignedLong(words), GpuRemoteShardBench.inKernelCheck(1, 1024, 1));
+    }
 }
