@@ -12,8 +12,9 @@
 # call, 2 and 4 GPUs where there are; fsdp-table.md has the ratios; see the fsdp block below and docs/gpu-fsdp.md)
 # (remoteshard: issue #33, the distributed tensor's GPU test, then GpuRemoteShardBench on each GPU count in
 # REMOTE_GPUS (default "2 4": the counts the machine has): rank 0 reads 1 KiB-256 MiB of a peer's shard by a kernel's
-# zero-copy loads and by the copy engine, against NCCL send/recv of the same bytes, in the same run; extra args go to
-# the benchmark, e.g. --reps 9 or --max-bytes 67108864)
+# zero-copy loads and by the copy engine, against NCCL send/recv of the same bytes, in the same run, and up to 256 KiB
+# by a kernel that is already running (remote_read_rounds, timed by the GPU's clock); extra args go to the benchmark,
+# e.g. --reps 9, --max-bytes 67108864 or --in-kernel-max-bytes 0)
 # (sessions: issue #34, the GPU session cache's test (CudaDeviceSessionCacheTest; GPU_TEST_FILTER widens it, e.g.
 # 'CudaDeviceSessionCache|CudaDeviceParameterCache'; RANKS ranks, default 2), then GpuSessionCacheBench with 2 ranks (a
 # GPU each where there are 2, else sharing GPU 0 without the NCCL anchor): rank 1 gets an 8 KiB / 64 KiB / 1 MiB

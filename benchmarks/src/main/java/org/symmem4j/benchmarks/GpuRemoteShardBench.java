@@ -149,8 +149,9 @@ public final class GpuRemoteShardBench {
                     group -> measure(group, sizes, flags.reps, flags.inKernelMaxBytes, image));
             List<Cell> cells = perRank.getFirst();
             String report = report(cuda.runtimeVersions(), cells, sizes, world, devices, flags.reps);
-            report += inKernelReport(cells, sizes, world, image == null ? "ABSENT: " + IN_KERNEL_IMAGE + " is not on the"
-                    + " class path (the kernels module was built without nvcc)" : null);
+            report += inKernelReport(cells, sizes, world, flags.inKernelMaxBytes == 0 ? "skipped (--in-kernel-max-bytes 0)"
+                    : image == null ? "ABSENT: " + IN_KERNEL_IMAGE + " is not on the class path (the kernels module was"
+                    + " built without nvcc)" : null);
             System.out.print(report);
             if (flags.out != null) {
                 Files.writeString(flags.out, report);
@@ -168,7 +169,10 @@ public final class GpuRemoteShardBench {
         return (int) ((rank + 1) * 1_000_003L + i * 7);
     }
 
-    /** The in-kernel read's fatbin from the class path, or null (then no in-kernel cell is measured, and the report says why). */
+    /**
+     * The in-kernel read's fatbin from the class path, or null: then no in-kernel cell is measured, and the report says
+     * why.
+     */
     private static byte[] inKernelImage() throws IOException {
         try (InputStream in = GpuRemoteShardBench.class.getResourceAsStream(IN_KERNEL_IMAGE)) {
             return in == null ? null : in.readAllBytes();
