@@ -6,9 +6,12 @@ import static org.symmem4j.parallel.layout.RingBufferLayout.RECORD_ALIGNMENT;
 import static org.symmem4j.parallel.layout.RingBufferLayout.RECORD_HEADER_BYTES;
 
 import java.lang.foreign.MemorySegment;
+import java.time.Duration;
+import java.util.List;
 import java.util.Objects;
 
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.layout.RingBufferLayout;
 import org.symmem4j.parallel.sync.WaitSubject;
@@ -124,6 +127,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
      * instead of a load of the HEAD line; the release store of HEAD after each poll stays (producers acquire it).
      */
     private long headPosition;
+    /** Whether this rank began closing the ring (its CLOSED words are written once). */
+    private boolean closing;
     /** Consumer side: in-progress records at the head whose producer died, turned into padding. */
     private final AbandonedRecords abandonedRecords = new AbandonedRecords();
 
@@ -317,10 +322,58 @@ public final class SymmetricRingBuffer implements AutoCloseable {
 
     private WaitSubject waitForRoom(int length, String what) {
         int required = RingBufferLayout.align(length + RECORD_HEADER_BYTES);
-        return SharedMemories.waitFor(group, consumer, what,
+        return endingWhenPeersClose(SharedMemories.waitFor(group, consumer, what,
                 () -> "free room for a record of bytes=" + required + " (in the ring now: " + size() + " of capacity="
                         + capacity + ")",
-                "the consumer does not poll: poll more often, give the ring more capacity, or raise symmem4j.timeout.ms");
+                "the consumer does not poll: poll more often, give the ring more capacity, or raise symmem4j.timeout.ms"),
+                what, false);
+    }
+
+    /**
+     * {@code inner}, which also ends the wait, with {@link PeerTimeoutException.Reason#PEER_LEFT}, once the ranks it
+     * waits on began closing this ring and so will never write or free again: for a message ({@code forMessage}), the
+     * one producer, or every other rank of a many-to-one ring, and only while the ring is still empty at its head; for
+     * room, the consumer. Without it, a rank whose code failed and closes the ring (its try-with-resources) and a peer
+     * waiting here would wait for each other, the closing rank in the collective free, until the group's timeout.
+     */
+    private WaitSubject endingWhenPeersClose(WaitSubject inner, String operation, boolean forMessage) {
+        return new WaitSubject() {
+            @Override
+            public void checkProgressPossible(long waitedNanos) {
+                inner.checkProgressPossible(waitedNanos);
+                if (forMessage ? producersClosedOnEmptyRing() : RingBufferLayout.consumerClosedAcquire(ring)) {
+                    List<Integer> left = forMessage ? (kind == Kind.ONE_TO_ONE ? List.of(producer)
+                            : java.util.stream.IntStream.range(0, group.worldSize()).filter(r -> r != rank).boxed().toList())
+                            : List.of(consumer);
+                    throw new PeerTimeoutException(operation + ": rank=" + rank + " waited for " + (forMessage
+                            ? (kind == Kind.ONE_TO_ONE ? "a message from producer rank=" + producer
+                                    : "a message from any of ranks " + left)
+                            : "room freed by consumer rank=" + consumer) + ", which began closing the ring"
+                            + (forMessage && kind == Kind.MANY_TO_ONE ? " (all of them)" : "") + ": it will not "
+                            + (forMessage ? "offer" : "poll") + " again (fix: read that rank's own error if its code"
+                            + " failed; otherwise make every rank " + (forMessage ? "take only the messages the"
+                            + " producers offer before they close" : "offer only what the consumer polls before it"
+                            + " closes") + ")", rank, left, operation, PeerTimeoutException.Reason.PEER_LEFT,
+                            group.options().timeout());
+                }
+            }
+
+            @Override
+            public RuntimeException deadlinePassed(Duration timeout) {
+                return inner.deadlinePassed(timeout);
+            }
+        };
+    }
+
+    /**
+     * Whether every rank that could offer into this ring began closing it while its head holds no record: checked
+     * after the closing words (acquire), whose release by a producer follows everything it committed, so a record it
+     * offered before closing is seen at the head here and ends no wait.
+     */
+    private boolean producersClosedOnEmptyRing() {
+        boolean closed = kind == Kind.ONE_TO_ONE ? RingBufferLayout.producerClosedAcquire(ring)
+                : RingBufferLayout.closedAcquire(ring) >= group.worldSize() - 1;
+        return closed && RingBufferLayout.recordHeaderAcquire(ring, (int) headPosition & mask) == 0;
     }
 
     /**
@@ -801,9 +854,10 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         if (n > 0) {
             return n;
         }
-        var subject = SharedMemories.waitFor(group, kind == Kind.ONE_TO_ONE ? producer : -1, "ring buffer take",
-                () -> "a message (in the ring now: " + size() + " bytes claimed, not yet committed)",
-                "no producer offered: check that the producers run, or raise symmem4j.timeout.ms");
+        var subject = endingWhenPeersClose(SharedMemories.waitFor(group, kind == Kind.ONE_TO_ONE ? producer : -1,
+                "ring buffer take", () -> "a message (in the ring now: " + size() + " bytes claimed, not yet committed)",
+                "no producer offered: check that the producers run, or raise symmem4j.timeout.ms"), "ring buffer take",
+                true);
         waiter.begin();
         while ((n = poll(handler, limit)) == 0) {
             waiter.idle(subject);
@@ -827,6 +881,12 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     /** Collective: frees the ring's memory once every rank has stopped using it. */
     @Override
     public void close() {
+        if (!closing) {
+            closing = true;
+            // before the collective free, while every rank still maps the ring: a peer waiting in take or put for this
+            // rank sees it and stops, instead of waiting, as this rank does in the free, until the timeout
+            RingBufferLayout.markClosing(ring, kind == Kind.ONE_TO_ONE && rank == producer, consumerHere);
+        }
         ringAddress = -1; // before the unmap: a call after close takes the checked accesses, which throw
         memory.close();
     }

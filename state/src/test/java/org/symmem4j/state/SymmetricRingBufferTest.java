@@ -516,4 +516,127 @@ class SymmetricRingBufferTest {
         assertTrue(timeout.getMessage().contains("ring buffer put") && timeout.getMessage().contains("rank 0")
                 && timeout.getMessage().contains("bytes=64"), timeout.getMessage());
     }
+
+    /**
+     * A timeout far longer than these tests: a wait that ends does so because its peer began closing the ring
+     * (PEER_LEFT), not because the timeout passed (which would fail the assertions on the reason).
+     */
+    private static final GroupOptions PATIENT = GroupOptions.defaults().withTimeout(Duration.ofMinutes(5));
+
+    @Test
+    void takeStopsAtOnceWhenTheOneProducerClosesTheRingAfterItsLastMessage() {
+        java.util.concurrent.atomic.AtomicReference<PeerTimeoutException> seen = new java.util.concurrent.atomic.AtomicReference<>();
+        List<Integer> got = InJvmWorld.runOnEveryRank(2, PATIENT, group -> {
+            int received = 0;
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.oneToOne(group, 0, 1, 1024)) {
+                if (group.rank() == 0) {
+                    ring.put(7, new byte[24]); // the last message, then the close
+                } else {
+                    int[] length = new int[1];
+                    // the message offered before the close is still handed out, even if the close came first
+                    received = ring.take((type, buf, off, len) -> length[0] = len, 16);
+                    assertEquals(24, length[0]);
+                    try {
+                        ring.take((type, buf, off, len) -> { }, 16);
+                    } catch (PeerTimeoutException e) {
+                        seen.set(e);
+                    }
+                }
+            }
+            return received;
+        });
+        assertEquals(List.of(0, 1), got);
+        PeerTimeoutException left = seen.get();
+        assertTrue(left != null, "the second take must stop: the producer closed the ring");
+        assertEquals(PeerTimeoutException.Reason.PEER_LEFT, left.reason());
+        assertEquals(1, left.rank());
+        assertEquals(List.of(0), left.missingRanks());
+        assertTrue(left.getMessage().contains("ring buffer take") && left.getMessage().contains("producer rank=0")
+                && left.getMessage().contains("began closing the ring") && left.getMessage().contains("fix:"),
+                left.getMessage());
+    }
+
+    @Test
+    void takeOnAManyToOneRingStopsOnlyOnceEveryProducerClosedIt() {
+        java.util.concurrent.atomic.AtomicReference<PeerTimeoutException> seen = new java.util.concurrent.atomic.AtomicReference<>();
+        List<Integer> got = InJvmWorld.runOnEveryRank(3, PATIENT, group -> {
+            int received = 0;
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.manyToOne(group, 0, 1024)) {
+                if (group.rank() != 0) {
+                    ring.put(group.rank(), new byte[8]);
+                } else {
+                    // the first producer to close does not end the take: the other's message still comes
+                    while (received < 2) {
+                        received += ring.take((type, buf, off, len) -> { }, 16);
+                    }
+                    try {
+                        ring.take((type, buf, off, len) -> { }, 16);
+                    } catch (PeerTimeoutException e) {
+                        seen.set(e);
+                    }
+                }
+            }
+            return received;
+        });
+        assertEquals(List.of(2, 0, 0), got);
+        PeerTimeoutException left = seen.get();
+        assertTrue(left != null, "the third take must stop: both producers closed the ring");
+        assertEquals(PeerTimeoutException.Reason.PEER_LEFT, left.reason());
+        assertEquals(List.of(1, 2), left.missingRanks());
+        assertTrue(left.getMessage().contains("any of ranks [1, 2]") && left.getMessage().contains("(all of them)"),
+                left.getMessage());
+    }
+
+    @Test
+    void putOnAFullRingStopsAtOnceWhenTheConsumerClosesIt() {
+        java.util.concurrent.atomic.AtomicReference<PeerTimeoutException> seen = new java.util.concurrent.atomic.AtomicReference<>();
+        InJvmWorld.runOnEveryRank(2, PATIENT, group -> {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.oneToOne(group, 1, 0, 1024)) {
+                if (group.rank() == 1) {
+                    try {
+                        for (int i = 0; i < 17; i++) {
+                            ring.put(1, new byte[56]); // 15 fit; the 16th waits for room the consumer never frees
+                        }
+                    } catch (PeerTimeoutException e) {
+                        seen.set(e);
+                    }
+                }
+                // the consumer closes the ring at once, without polling
+            }
+            return null;
+        });
+        PeerTimeoutException left = seen.get();
+        assertTrue(left != null, "the 16th put must stop: the consumer closed the ring");
+        assertEquals(PeerTimeoutException.Reason.PEER_LEFT, left.reason());
+        assertEquals(List.of(0), left.missingRanks());
+        assertTrue(left.getMessage().contains("ring buffer put") && left.getMessage().contains("consumer rank=0")
+                && left.getMessage().contains("will not poll again"), left.getMessage());
+    }
+
+    /**
+     * The case the closing words are for: a rank whose code throws inside the ring's try-with-resources closes the ring
+     * on the way out, and its peer, waiting in take for that rank's message, stops at once with PEER_LEFT instead of
+     * both waiting for each other (one in the collective free, one in take) until the group's timeout.
+     */
+    @Test
+    void aProducerWhoseCodeFailsInsideTheRingsTryStopsTheConsumersTake() {
+        java.util.concurrent.atomic.AtomicReference<PeerTimeoutException> seen = new java.util.concurrent.atomic.AtomicReference<>();
+        var failure = assertThrows(org.symmem4j.parallel.SymmemException.class, () -> InJvmWorld.runOnEveryRank(2,
+                PATIENT, group -> {
+                    try (SymmetricRingBuffer ring = SymmetricRingBuffer.oneToOne(group, 0, 1, 1024)) {
+                        if (group.rank() == 0) {
+                            throw new IllegalStateException("the producer's own check failed");
+                        }
+                        try {
+                            ring.take((type, buf, off, len) -> { }, 16);
+                        } catch (PeerTimeoutException e) {
+                            seen.set(e);
+                        }
+                    }
+                    return null;
+                }));
+        assertTrue(String.valueOf(failure.getMessage()).contains("the producer's own check failed")
+                || String.valueOf(failure.getCause()).contains("the producer's own check failed"), failure.toString());
+        assertEquals(PeerTimeoutException.Reason.PEER_LEFT, seen.get().reason());
+    }
 }

@@ -14,6 +14,12 @@ import java.lang.invoke.VarHandle;
  *  0              HEADER: magic (int), version (int), kind (int:       consumer, once        every rank, verify
  *                 1 one-to-one, 2 many-to-one), capacity (int),
  *                 producer rank (int, -1 = any), consumer rank (int)
+ *  24               CLOSED (int): ranks that began closing the ring    each rank, once, in   a rank waiting
+ *                   (atomic add)                                       its close             in take or put
+ *  28               PRODUCER CLOSED (int, one-to-one): 1 once the      the producer, in its  the consumer, in
+ *                   producer began closing                             close (release)       take
+ *  32               CONSUMER CLOSED (int): 1 once the consumer began   the consumer, in its  producers, in put
+ *                   closing                                            close (release)
  *  128            TAIL (long): bytes claimed since creation, only      producers (CAS, or    producers
  *                 grows                                                the one producer)     (the CAS)
  *  256            HEAD (long): bytes consumed since creation, only     consumer (release)    producers (acquire)
@@ -50,6 +56,11 @@ import java.lang.invoke.VarHandle;
  * A one-to-one producer marks nothing in progress, not even a claim written in place: the word at its record reads 0
  * until the commit, and the consumer waits there (a dead one-to-one producer is reported by the consumer's bounded
  * wait, not skipped: no record could follow it).
+ *
+ * <p>The CLOSED words let a rank that waits on a peer (a consumer in {@code take} on an empty ring, a producer in
+ * {@code put} on a full one) see that the peer has begun closing the ring, and so will never write or free again, and
+ * stop at once instead of at the group's timeout. Each rank writes them at the start of its close, before the
+ * collective free, so the memory is still mapped everywhere when they are read. Only the waits read them.
  */
 public final class RingBufferLayout {
 
@@ -63,8 +74,8 @@ public final class RingBufferLayout {
     public static final int CACHE_LINE_BYTES = 64;
     /** Header magic, {@code "SYRB"}. */
     public static final int MAGIC = 0x53595242;
-    /** Layout version. */
-    public static final int VERSION = 2;
+    /** Layout version (3: the CLOSED words). */
+    public static final int VERSION = 3;
     /** Kind: exactly one producer rank. */
     public static final int KIND_ONE_TO_ONE = 1;
     /** Kind: any rank produces, producers claim space by CAS on TAIL. */
@@ -82,6 +93,12 @@ public final class RingBufferLayout {
     public static final long PRODUCER_OFFSET = 16;
     /** Byte offset of the consumer rank (int). */
     public static final long CONSUMER_OFFSET = 20;
+    /** Byte offset of CLOSED (int): how many ranks began closing the ring. */
+    public static final long CLOSED_OFFSET = 24;
+    /** Byte offset of PRODUCER CLOSED (int): 1 once a one-to-one ring's producer began closing it. */
+    public static final long PRODUCER_CLOSED_OFFSET = 28;
+    /** Byte offset of CONSUMER CLOSED (int): 1 once the consumer began closing the ring. */
+    public static final long CONSUMER_CLOSED_OFFSET = 32;
     /** Byte offset of TAIL (long). */
     public static final long TAIL_OFFSET = LINE_BYTES;
     /** Byte offset of HEAD (long). */
@@ -213,6 +230,63 @@ public final class RingBufferLayout {
                     + " expected=" + expected + fix + "; fix: create the ring on every rank with the same"
                     + " arguments, from the same symmem4j version");
         }
+    }
+
+    // ---- closing: the access mode is in the name ----
+
+    private static final VarHandle INT = ValueLayout.JAVA_INT.varHandle();
+
+    /**
+     * Records that the calling rank began closing the ring: the count of closing ranks goes up by one (an atomic add:
+     * every rank may close at once), then, with release, the producer's or the consumer's own word where the rank is
+     * one. Called once per rank, before the collective free.
+     *
+     * @param ring             the consumer's buffer
+     * @param oneToOneProducer whether the calling rank is the producer of a one-to-one ring
+     * @param consumer         whether the calling rank is the consumer
+     */
+    public static void markClosing(MemorySegment ring, boolean oneToOneProducer, boolean consumer) {
+        // volatile add: the count that a many-to-one consumer's acquire reads
+        INT.getAndAdd(ring, CLOSED_OFFSET, 1);
+        if (oneToOneProducer) {
+            // release: everything this producer committed is visible to the consumer's acquire of the word
+            INT.setRelease(ring, PRODUCER_CLOSED_OFFSET, 1);
+        }
+        if (consumer) {
+            // release: pairs with the producers' acquire in put's wait
+            INT.setRelease(ring, CONSUMER_CLOSED_OFFSET, 1);
+        }
+    }
+
+    /**
+     * CLOSED with acquire: how many ranks began closing the ring (pairs with {@link #markClosing}'s add, so the records
+     * they committed before are seen).
+     *
+     * @param ring the consumer's buffer
+     * @return the count
+     */
+    public static int closedAcquire(MemorySegment ring) {
+        return (int) INT.getAcquire(ring, CLOSED_OFFSET);
+    }
+
+    /**
+     * PRODUCER CLOSED with acquire: pairs with the one-to-one producer's release in {@link #markClosing}.
+     *
+     * @param ring the consumer's buffer
+     * @return whether the producer began closing the ring
+     */
+    public static boolean producerClosedAcquire(MemorySegment ring) {
+        return (int) INT.getAcquire(ring, PRODUCER_CLOSED_OFFSET) != 0;
+    }
+
+    /**
+     * CONSUMER CLOSED with acquire: pairs with the consumer's release in {@link #markClosing}.
+     *
+     * @param ring the consumer's buffer
+     * @return whether the consumer began closing the ring
+     */
+    public static boolean consumerClosedAcquire(MemorySegment ring) {
+        return (int) INT.getAcquire(ring, CONSUMER_CLOSED_OFFSET) != 0;
     }
 
     // ---- positions: the access mode is in the name ----
