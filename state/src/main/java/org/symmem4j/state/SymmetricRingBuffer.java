@@ -6,12 +6,10 @@ import static org.symmem4j.parallel.layout.RingBufferLayout.RECORD_ALIGNMENT;
 import static org.symmem4j.parallel.layout.RingBufferLayout.RECORD_HEADER_BYTES;
 
 import java.lang.foreign.MemorySegment;
-import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
 
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.layout.RingBufferLayout;
 import org.symmem4j.parallel.sync.WaitSubject;
@@ -330,39 +328,20 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     }
 
     /**
-     * {@code inner}, which also ends the wait, with {@link PeerTimeoutException.Reason#PEER_LEFT}, once the ranks it
-     * waits on began closing this ring and so will never write or free again: for a message ({@code forMessage}), the
-     * one producer, or every other rank of a many-to-one ring, and only while the ring is still empty at its head; for
-     * room, the consumer. Without it, a rank whose code failed and closes the ring (its try-with-resources) and a peer
-     * waiting here would wait for each other, the closing rank in the collective free, until the group's timeout.
+     * {@code inner}, which also ends, with {@link PeerTimeoutException.Reason#PEER_LEFT}, once the ranks it waits on
+     * began closing this ring ({@link PeersClosingWait}): for a message ({@code forMessage}), the one producer, or every
+     * other rank of a many-to-one ring, while the ring is still empty at its head; for room, the consumer.
      */
     private WaitSubject endingWhenPeersClose(WaitSubject inner, String operation, boolean forMessage) {
-        return new WaitSubject() {
-            @Override
-            public void checkProgressPossible(long waitedNanos) {
-                inner.checkProgressPossible(waitedNanos);
-                if (forMessage ? producersClosedOnEmptyRing() : RingBufferLayout.consumerClosedAcquire(ring)) {
-                    List<Integer> left = forMessage ? (kind == Kind.ONE_TO_ONE ? List.of(producer)
-                            : java.util.stream.IntStream.range(0, group.worldSize()).filter(r -> r != rank).boxed().toList())
-                            : List.of(consumer);
-                    throw new PeerTimeoutException(operation + ": rank=" + rank + " waited for " + (forMessage
-                            ? (kind == Kind.ONE_TO_ONE ? "a message from producer rank=" + producer
-                                    : "a message from any of ranks " + left)
-                            : "room freed by consumer rank=" + consumer) + ", which began closing the ring"
-                            + (forMessage && kind == Kind.MANY_TO_ONE ? " (all of them)" : "") + ": it will not "
-                            + (forMessage ? "offer" : "poll") + " again (fix: read that rank's own error if its code"
-                            + " failed; otherwise make every rank " + (forMessage ? "take only the messages the"
-                            + " producers offer before they close" : "offer only what the consumer polls before it"
-                            + " closes") + ")", rank, left, operation, PeerTimeoutException.Reason.PEER_LEFT,
-                            group.options().timeout());
-                }
-            }
-
-            @Override
-            public RuntimeException deadlinePassed(Duration timeout) {
-                return inner.deadlinePassed(timeout);
-            }
-        };
+        if (!forMessage) {
+            return new PeersClosingWait(inner, group, operation, List.of(consumer), "room freed by consumer rank="
+                    + consumer, "poll", () -> RingBufferLayout.consumerClosedAcquire(ring));
+        }
+        List<Integer> producers = kind == Kind.ONE_TO_ONE ? List.of(producer)
+                : java.util.stream.IntStream.range(0, group.worldSize()).filter(r -> r != rank).boxed().toList();
+        return new PeersClosingWait(inner, group, operation, producers, kind == Kind.ONE_TO_ONE ? "a message from"
+                + " producer rank=" + producer : "a message from any of ranks " + producers + " (all of them)", "offer",
+                this::producersClosedOnEmptyRing);
     }
 
     /**

@@ -1,0 +1,68 @@
+package org.symmem4j.state;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.function.BooleanSupplier;
+
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.sync.WaitSubject;
+
+/**
+ * A structure's wait on its peers (a ring's {@code take}, {@code put}, {@code claim}) that also ends, with
+ * {@link PeerTimeoutException.Reason#PEER_LEFT}, once the ranks it waits on began closing the structure: they will not
+ * write or free again. Without it, a rank whose code failed and closes the structure on its way out (its
+ * try-with-resources) and a peer waiting here would wait for each other, the closing rank in the collective free,
+ * until the group's timeout. Everything else (abort, exited peers, the timeout itself) is the inner wait's.
+ */
+final class PeersClosingWait implements WaitSubject {
+
+    private final WaitSubject inner;
+    private final Group group;
+    private final String operation;
+    private final List<Integer> awaited;
+    private final String waitedFor;
+    private final String theirPart;
+    private final BooleanSupplier closed;
+
+    /**
+     * Wraps {@code inner}.
+     *
+     * @param inner     the wait's own checks and timeout
+     * @param group     the structure's group
+     * @param operation what waits, e.g. "ring buffer take"
+     * @param awaited   the ranks waited on, ascending
+     * @param waitedFor what they would have provided, e.g. "room freed by consumer rank=0"
+     * @param theirPart what they would have done, e.g. "poll", for the message
+     * @param closed    whether they all began closing the structure, so that the wait can never succeed (an acquire
+     *                  load that pairs with their release as they close)
+     */
+    PeersClosingWait(WaitSubject inner, Group group, String operation, List<Integer> awaited, String waitedFor,
+                     String theirPart, BooleanSupplier closed) {
+        this.inner = inner;
+        this.group = group;
+        this.operation = operation;
+        this.awaited = awaited;
+        this.waitedFor = waitedFor;
+        this.theirPart = theirPart;
+        this.closed = closed;
+    }
+
+    @Override
+    public void checkProgressPossible(long waitedNanos) {
+        inner.checkProgressPossible(waitedNanos);
+        if (closed.getAsBoolean()) {
+            throw new PeerTimeoutException(operation + ": rank=" + group.rank() + " waited for " + waitedFor + ", which"
+                    + " began closing the ring: it will not " + theirPart + " again (fix: read that rank's own error if its"
+                    + " code failed; otherwise make every rank " + ("offer".equals(theirPart)
+                    ? "take only the messages the producers offer before they close"
+                    : "offer only what the consumer polls before it closes") + ")", group.rank(), awaited, operation,
+                    PeerTimeoutException.Reason.PEER_LEFT, group.options().timeout());
+        }
+    }
+
+    @Override
+    public RuntimeException deadlinePassed(Duration timeout) {
+        return inner.deadlinePassed(timeout);
+    }
+}
