@@ -22,4 +22,10 @@ class StateProcessTest {
         WorkerProcesses.runAndCheck(StateProcessWorker.class, 3, "STATE OK", Files.createDirectories(logs), 90,
                 Set.of(2), "map-killed-writer");
     }
+
+    @Test
+    void aProducerProcessThatFailsInsideTheRingsTryEndsTheConsumersTakeAtOnce(@TempDir Path logs) throws Exception {
+        WorkerProcesses.runAndCheck(StateProcessWorker.class, 2, "STATE OK", Files.createDirectories(logs), 90,
+                "ring-producer-fails");
+    }
 }

@@ -29,6 +29,7 @@ public final class StateProcessWorker {
         WorkerProcesses.exitWith(() -> switch (args[0]) {
             case "ring-killed-producer" -> ringKilledProducer();
             case "map-killed-writer" -> mapKilledWriter();
+            case "ring-producer-fails" -> ringProducerFails();
             default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
         });
     }
@@ -89,6 +90,44 @@ public final class StateProcessWorker {
         group.abort("test over: rank 1 was killed on purpose");
         ring.close();
         control.close();
+        group.close();
+        return "STATE OK rank=" + group.rank();
+    }
+
+    /**
+     * Rank 1 produces into a one-to-one ring to rank 0, puts one message, and then its own code throws inside the
+     * ring's try-with-resources, which closes the ring on the way out (its close waits for rank 0 in the collective
+     * free). Rank 0 gets the message; its next take must end with PEER_LEFT naming rank 1 (a wait ended by the group's
+     * timeout instead says DEADLINE_PASSED and fails the check), and then closes the ring too, which lets rank 1 go.
+     */
+    private static String ringProducerFails() throws Exception {
+        ProcessGroup group = ProcessGroup.fromEnvironment();
+        if (group.rank() == 1) {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.oneToOne(group, 1, 0, 4096)) {
+                ring.put(KILLED_TYPE, new byte[16]);
+                throw new IllegalStateException("the producer's own check failed");
+            } catch (IllegalStateException expected) {
+                System.out.println("rank 1 failed as planned and closed the ring: " + expected.getMessage());
+            }
+        } else {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.oneToOne(group, 1, 0, 4096)) {
+                int got = ring.take((type, buf, off, len) -> { }, 16);
+                if (got != 1) {
+                    throw new AssertionError("messages=" + got + ", expected the one rank 1 put before failing");
+                }
+                try {
+                    ring.take((type, buf, off, len) -> { }, 16);
+                    throw new AssertionError("a second take returned, but rank 1 put only one message");
+                } catch (org.symmem4j.parallel.PeerTimeoutException e) {
+                    if (e.reason() != org.symmem4j.parallel.PeerTimeoutException.Reason.PEER_LEFT
+                            || !e.missingRanks().equals(java.util.List.of(1))) {
+                        throw new AssertionError("expected PEER_LEFT naming rank 1, got " + e.reason() + " "
+                                + e.missingRanks() + ": " + e.getMessage(), e);
+                    }
+                    System.out.println("rank 0's take ended: " + e.getMessage());
+                }
+            }
+        }
         group.close();
         return "STATE OK rank=" + group.rank();
     }
