@@ -350,8 +350,9 @@ public final class SymmetricRingBuffer implements AutoCloseable {
      * offered before closing is seen at the head here and ends no wait.
      */
     private boolean producersClosedOnEmptyRing() {
+        // many-to-one: every other rank (a group of one has none, and its wait keeps the timeout)
         boolean closed = kind == Kind.ONE_TO_ONE ? RingBufferLayout.producerClosedAcquire(ring)
-                : RingBufferLayout.closedAcquire(ring) >= group.worldSize() - 1;
+                : group.worldSize() > 1 && RingBufferLayout.closedAcquire(ring) >= group.worldSize() - 1;
         return closed && RingBufferLayout.recordHeaderAcquire(ring, (int) headPosition & mask) == 0;
     }
 
