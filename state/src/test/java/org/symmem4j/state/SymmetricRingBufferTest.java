@@ -639,4 +639,18 @@ class SymmetricRingBufferTest {
                 || String.valueOf(failure.getCause()).contains("the producer's own check failed"), failure.toString());
         assertEquals(PeerTimeoutException.Reason.PEER_LEFT, seen.get().reason());
     }
+
+    @Test
+    void takeOnAManyToOneRingOfAGroupOfOneKeepsItsTimeout() {
+        GroupOptions fast = GroupOptions.defaults().withTimeout(Duration.ofMillis(300));
+        InJvmWorld.runOnEveryRank(1, fast, group -> {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.manyToOne(group, 0, 1024)) {
+                // no other rank exists that could close the ring: an empty take waits for the timeout, as before
+                PeerTimeoutException e = assertThrows(PeerTimeoutException.class,
+                        () -> ring.take((type, buf, off, len) -> { }, 16));
+                assertEquals(PeerTimeoutException.Reason.DEADLINE_PASSED, e.reason(), e.getMessage());
+            }
+            return null;
+        });
+    }
 }
