@@ -100,12 +100,37 @@ final class LaunchedJvm {
      * @return the launcher's status and the ranks' output
      * @throws IOException when no free port can be had
      */
-    static Launcher.Result launchRanks(int ranks, String maxHeap, Class<?> main, List<String> mainArgs)
+    private static Launcher.Result launchRanks(int ranks, String maxHeap, Class<?> main, List<String> mainArgs)
             throws IOException {
         List<String> args = new ArrayList<>(List.of("-n", Integer.toString(ranks), "--master-port",
                 Integer.toString(freePort()), "--"));
         args.addAll(command(List.of("-Xmx" + maxHeap), main, mainArgs));
         return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+    }
+
+    /**
+     * {@link #launchRanks}, then the checks every shared-state example's process test makes: the launcher's status is
+     * 0, and no rank but 0 printed the result line ({@code "[rank r] " + resultPrefix}: the examples print from rank 0
+     * only).
+     *
+     * @param ranks        processes
+     * @param maxHeap      each one's {@code -Xmx} value
+     * @param main         the example
+     * @param mainArgs     its arguments
+     * @param resultPrefix how the example's result line begins after its rank tag, e.g. {@code "ring buffer"}
+     * @return the ranks' output, for the test's own checks of rank 0's line
+     * @throws IOException when no free port can be had
+     */
+    static String launchRanksReportingFromRankZero(int ranks, String maxHeap, Class<?> main, List<String> mainArgs,
+                                                   String resultPrefix) throws IOException {
+        Launcher.Result launched = launchRanks(ranks, maxHeap, main, mainArgs);
+        String out = launched.out();
+        org.junit.jupiter.api.Assertions.assertEquals(0, launched.status(), launched.err() + "\n" + out);
+        for (int r = 1; r < ranks; r++) {
+            org.junit.jupiter.api.Assertions.assertFalse(out.contains("[rank " + r + "] " + resultPrefix),
+                    "only rank 0 prints: " + out);
+        }
+        return out;
     }
 
     /** A loopback port free a moment ago. */
