@@ -22,7 +22,8 @@ final class PeersClosingWait implements WaitSubject {
     private final String operation;
     private final List<Integer> awaited;
     private final String waitedFor;
-    private final String theirPart;
+    private final String consequence;
+    private final String fix;
     private final BooleanSupplier closed;
 
     /**
@@ -32,19 +33,21 @@ final class PeersClosingWait implements WaitSubject {
      * @param group     the structure's group
      * @param operation what waits, e.g. "ring buffer take"
      * @param awaited   the ranks waited on, ascending
-     * @param waitedFor what they would have provided, e.g. "room freed by consumer rank=0"
-     * @param theirPart what they would have done, e.g. "poll", for the message
-     * @param closed    whether they all began closing the structure, so that the wait can never succeed (an acquire
-     *                  load that pairs with their release as they close)
+     * @param waitedFor   what they would have provided, e.g. "room freed by consumer rank=0"
+     * @param consequence what their closing means, e.g. "it will not poll again"
+     * @param fix         what to change where no rank failed (a failed one's own error comes first)
+     * @param closed      whether they all began closing the structure, so that the wait can never succeed (an acquire
+     *                    load that pairs with their release as they close)
      */
     PeersClosingWait(WaitSubject inner, Group group, String operation, List<Integer> awaited, String waitedFor,
-                     String theirPart, BooleanSupplier closed) {
+                     String consequence, String fix, BooleanSupplier closed) {
         this.inner = inner;
         this.group = group;
         this.operation = operation;
         this.awaited = awaited;
         this.waitedFor = waitedFor;
-        this.theirPart = theirPart;
+        this.consequence = consequence;
+        this.fix = fix;
         this.closed = closed;
     }
 
@@ -53,11 +56,9 @@ final class PeersClosingWait implements WaitSubject {
         inner.checkProgressPossible(waitedNanos);
         if (closed.getAsBoolean()) {
             throw new PeerTimeoutException(operation + ": rank=" + group.rank() + " waited for " + waitedFor + ", which"
-                    + " began closing the ring: it will not " + theirPart + " again (fix: read that rank's own error if its"
-                    + " code failed; otherwise make every rank " + ("offer".equals(theirPart)
-                    ? "take only the messages the producers offer before they close"
-                    : "offer only what the consumer polls before it closes") + ")", group.rank(), awaited, operation,
-                    PeerTimeoutException.Reason.PEER_LEFT, group.options().timeout());
+                    + " began closing the ring: " + consequence + " (fix: read that rank's own error if its code failed;"
+                    + " otherwise " + fix + ")", group.rank(), awaited, operation, PeerTimeoutException.Reason.PEER_LEFT,
+                    group.options().timeout());
         }
     }
 

@@ -144,7 +144,8 @@ final class SharedMemories {
         return peer >= 0 ? group.describe(peer) : "any of ranks " + others(group);
     }
 
-    private static List<Integer> others(Group group) {
+    /** {@return every rank of {@code group} but this one, ascending} */
+    static List<Integer> others(Group group) {
         return java.util.stream.IntStream.range(0, group.worldSize()).filter(r -> r != group.rank()).boxed().toList();
     }
 

@@ -328,19 +328,23 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     }
 
     /**
-     * {@code inner}, which also ends, with {@link PeerTimeoutException.Reason#PEER_LEFT}, once the ranks it waits on
-     * began closing this ring ({@link PeersClosingWait}): for a message ({@code forMessage}), the one producer, or every
-     * other rank of a many-to-one ring, while the ring is still empty at its head; for room, the consumer.
+     * {@code inner}, which also ends, with {@link org.symmem4j.parallel.PeerTimeoutException.Reason#PEER_LEFT}, once the
+     * ranks it waits on began closing this ring ({@link PeersClosingWait}): for a message ({@code forMessage}), the one
+     * producer, or every other rank of a many-to-one ring, while the ring is still empty at its head; for room, the
+     * consumer.
      */
     private WaitSubject endingWhenPeersClose(WaitSubject inner, String operation, boolean forMessage) {
         if (!forMessage) {
             return new PeersClosingWait(inner, group, operation, List.of(consumer), "room freed by consumer rank="
-                    + consumer, "poll", () -> RingBufferLayout.consumerClosedAcquire(ring));
+                    + consumer, "it will not poll again",
+                    "make every rank offer only what the consumer polls before it closes",
+                    () -> RingBufferLayout.consumerClosedAcquire(ring));
         }
-        List<Integer> producers = kind == Kind.ONE_TO_ONE ? List.of(producer)
-                : java.util.stream.IntStream.range(0, group.worldSize()).filter(r -> r != rank).boxed().toList();
+        List<Integer> producers = kind == Kind.ONE_TO_ONE ? List.of(producer) : SharedMemories.others(group);
         return new PeersClosingWait(inner, group, operation, producers, kind == Kind.ONE_TO_ONE ? "a message from"
-                + " producer rank=" + producer : "a message from any of ranks " + producers + " (all of them)", "offer",
+                + " producer rank=" + producer : "a message from any of ranks " + producers + " (all of them)",
+                "it will not offer again",
+                "make every rank take only the messages the producers offer before they close",
                 this::producersClosedOnEmptyRing);
     }
 
