@@ -252,8 +252,9 @@ public final class GpuRemoteShardBench {
     }
 
     /**
-     * Rank 0's in-kernel reads: for every peer and size up to {@code maxBytes}, the peer's shard, then rank 0's own; each
-     * the median of {@code reps} launches of {@value #ROUNDS} rounds, per round, after one launch not timed.
+     * Rank 0's in-kernel reads of every size up to {@code maxBytes}: of its own shard (cells under peer 0), then of each
+     * peer's; each the median of {@code reps} launches of {@value #ROUNDS} rounds, per round, after one launch not
+     * timed.
      */
     static List<Cell> measureInKernel(DeviceCommunicator gpu, DeviceFunction read, DistributedTensor t, int world,
                                       List<Long> sizes, long maxBytes, int reps) {
@@ -261,33 +262,32 @@ public final class GpuRemoteShardBench {
         MemorySegment out = gpu.allocateDevice(16);
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment result = arena.allocate(16, 8);
-            for (int peer = 1; peer < world; peer++) {
+            // rank 0's own shard once (its cells under peer 0), then every peer's
+            for (int owner = 0; owner < world; owner++) {
                 for (long bytes : sizes) {
                     if (bytes > maxBytes) {
                         continue;
                     }
-                    for (int owner : new int[] {peer, 0}) {
-                        KernelArguments args = new KernelArguments().pointer(t.shard(owner)).int64(bytes).int32(ROUNDS)
-                                .pointer(out);
-                        read.launch(1, IN_KERNEL_BLOCK, args); // warm-up: the first launch loads and caches
+                    long want = inKernelCheck(owner, bytes, ROUNDS);
+                    KernelArguments args = new KernelArguments().pointer(t.shard(owner)).int64(bytes).int32(ROUNDS)
+                            .pointer(out);
+                    read.launch(1, IN_KERNEL_BLOCK, args); // warm-up: the first launch loads and caches
+                    gpu.synchronize();
+                    double[] samples = new double[reps];
+                    for (int r = 0; r < reps; r++) {
+                        read.launch(1, IN_KERNEL_BLOCK, args);
                         gpu.synchronize();
-                        double[] samples = new double[reps];
-                        for (int r = 0; r < reps; r++) {
-                            read.launch(1, IN_KERNEL_BLOCK, args);
-                            gpu.synchronize();
-                            gpu.copyToHost(result, out);
-                            samples[r] = result.get(ValueLayout.JAVA_LONG, 0) / 1e3 / ROUNDS;
-                            long got = result.get(ValueLayout.JAVA_LONG, 8);
-                            long want = inKernelCheck(owner, bytes, ROUNDS);
-                            if (got != want) {
-                                throw new IllegalStateException("in-kernel read of " + bytes + " bytes of rank " + owner
-                                        + "'s shard: checksum " + Long.toHexString(got) + ", expected "
-                                        + Long.toHexString(want) + " (the kernel read the wrong bytes; the timing is void)");
-                            }
+                        gpu.copyToHost(result, out);
+                        samples[r] = result.get(ValueLayout.JAVA_LONG, 0) / 1e3 / ROUNDS;
+                        long got = result.get(ValueLayout.JAVA_LONG, 8);
+                        if (got != want) {
+                            throw new IllegalStateException("in-kernel read of " + bytes + " bytes of rank " + owner
+                                    + "'s shard: checksum " + Long.toHexString(got) + ", expected "
+                                    + Long.toHexString(want) + " (the kernel read the wrong bytes; the timing is void)");
                         }
-                        cells.add(new Cell(peer, bytes, owner == 0 ? IN_KERNEL_LOCAL : IN_KERNEL_REMOTE, false,
-                                RepetitionSpread.median(samples), RepetitionSpread.spread(samples)));
                     }
+                    cells.add(new Cell(owner, bytes, owner == 0 ? IN_KERNEL_LOCAL : IN_KERNEL_REMOTE, false,
+                            RepetitionSpread.median(samples), RepetitionSpread.spread(samples)));
                 }
             }
         } finally {
@@ -424,7 +424,7 @@ public final class GpuRemoteShardBench {
                     continue;
                 }
                 double r = remote.micros();
-                double l = t.get(key(peer, bytes, IN_KERNEL_LOCAL, false)).micros();
+                double l = t.get(key(0, bytes, IN_KERNEL_LOCAL, false)).micros();
                 double ne = t.get(key(peer, bytes, NCCL, false)).micros();
                 double ng = t.get(key(peer, bytes, NCCL, true)).micros();
                 md.append(String.format(Locale.ROOT, "| %s | %.3f | %.3f | %.2f | %.2f | %.1f× | %.1f× | %.1f |%n",
@@ -450,7 +450,7 @@ public final class GpuRemoteShardBench {
                     if (r == null) {
                         continue;
                     }
-                    Cell l = t.get(key(peer, bytes, IN_KERNEL_LOCAL, false));
+                    Cell l = t.get(key(0, bytes, IN_KERNEL_LOCAL, false));
                     double ne = t.get(key(peer, bytes, NCCL, false)).micros();
                     double ng = t.get(key(peer, bytes, NCCL, true)).micros();
                     csv.row(world, deviceName, 0, peer, bytes, RawCsv.num("%.4f", r.micros()),

@@ -44,7 +44,7 @@ class GpuRemoteShardBenchTest {
             cells.add(new Cell(1, bytes, GpuRemoteShardBench.NCCL, false, 10.0, 0.01));
             cells.add(new Cell(1, bytes, GpuRemoteShardBench.NCCL, true, 8.0, 0.01));
             cells.add(new Cell(1, bytes, GpuRemoteShardBench.IN_KERNEL_REMOTE, false, bytes == 1024 ? 0.5 : 2.0, 0.01));
-            cells.add(new Cell(1, bytes, GpuRemoteShardBench.IN_KERNEL_LOCAL, false, 0.25, 0.01));
+            cells.add(new Cell(0, bytes, GpuRemoteShardBench.IN_KERNEL_LOCAL, false, 0.25, 0.01)); // rank 0's own
         }
         String md = GpuRemoteShardBench.inKernelReport(cells, sizes, 2, null);
         assertTrue(md.contains("| 1 KiB | 0.500 | 0.250 | 10.00 | 8.00 | 20.0× | 16.0× | 2.0 |"), md);
