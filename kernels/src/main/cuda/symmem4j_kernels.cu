@@ -895,11 +895,14 @@ extern "C" __global__ void __launch_bounds__(512) symmem_adam_bf16(float* param,
 // A claim that times out writes nothing into the ring; it counts itself in `*status` (this rank's own
 // word), and every later append on this stream with a non-zero status drops its message the same
 // way, so the consumer never sees a later message without an earlier one. The host reads the count
-// after a synchronize and raises the timeout naming the consumer.
+// after a synchronize and raises the timeout naming the consumer. A claim that waits for room also
+// stops, the same way, once the consumer's CLOSED word (its status line, RING_CLOSED bytes in: after
+// the data ring, DeviceRingLayout) reads non-zero: a consumer that began closing will free no room.
 #define RING_TAIL 128
 #define RING_HEAD 256
 #define RING_DATA 384
 #define RING_PADDING 0xFFFFFFFFu
+#define RING_CLOSED 8
 
 extern "C" __global__ void __launch_bounds__(32) symmem_ring_put(unsigned char* ring, const unsigned char* src,
         unsigned int length, unsigned int type, unsigned int capacity, int many, unsigned long long wait_ns,
@@ -950,7 +953,10 @@ extern "C" __global__ void __launch_bounds__(32) symmem_ring_put(unsigned char* 
                 }
                 unsigned long long now = 0;
                 asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-                if (now - start >= wait_ns) {
+                // relaxed: the word only goes from 0 to 1, and a 1 only ends this wait (nothing read after it)
+                SysU64 consumer_closed(*reinterpret_cast<unsigned long long*>(ring + RING_DATA + capacity
+                        + RING_CLOSED));
+                if (now - start >= wait_ns || consumer_closed.load(cuda::memory_order_relaxed) != 0) {
                     st.fetch_add(1ull, cuda::memory_order_relaxed);
                     break;
                 }

@@ -46,6 +46,19 @@ public interface DeviceRings {
     void readNow(long offset, MemorySegment dst);
 
     /**
+     * Copies bytes of rank {@code peer}'s buffer, as this GPU maps it, to the host now, without waiting for any
+     * stream; synchronous. For words a peer's host wrote into its own buffer and this rank only reads (a ring's
+     * CLOSED word, {@link org.symmem4j.parallel.layout.DeviceRingLayout}).
+     *
+     * @param peer   the rank whose buffer is read (this rank's own too)
+     * @param offset byte offset in that buffer
+     * @param dst    host memory, filled whole
+     * @throws IndexOutOfBoundsException if the range falls outside the buffer, or {@code peer} outside the group
+     * @throws UnsupportedOperationException where this GPU does not map {@code peer}'s memory
+     */
+    void readPeerNow(int peer, long offset, MemorySegment dst);
+
+    /**
      * Copies host bytes into this rank's buffer now, without waiting for this rank's stream; synchronous, and
      * performed after every earlier {@code readNow} and {@code writeNow} of this rank (one copy queue).
      *

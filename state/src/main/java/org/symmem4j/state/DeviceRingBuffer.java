@@ -63,7 +63,9 @@ import org.symmem4j.state.SymmetricRingBuffer.Kind;
  * One thread per rank uses an instance; the consumer is the only rank that polls. Created on a {@link Communicator}
  * of a GPU group whose ranks map each other's memory (CUDA symmetric memory on one machine); refused elsewhere. The
  * layout is {@link DeviceRingLayout}'s. Unlike the host ring, a producer's death is not survived: a GPU rank that
- * dies takes its context, and the consumer's {@link #take} times out naming it.
+ * dies takes its context, and the consumer's {@link #take} times out naming it. A rank that closes the ring (its
+ * try-with-resources, after its code failed too) ends its peers' waits on it at once, as the host ring's close does:
+ * see {@link #close()}.
  */
 public final class DeviceRingBuffer implements AutoCloseable {
 
@@ -87,6 +89,8 @@ public final class DeviceRingBuffer implements AutoCloseable {
     private final Waiter waiter;
     /** Consumer side: HEAD as this rank last wrote it (it alone writes HEAD). */
     private long headPosition;
+    /** Whether this rank began closing the ring (its CLOSED word is written once). */
+    private boolean closing;
 
     private DeviceRingBuffer(Group group, SymmetricMemory memory, DeviceRings rings, DeviceCommunicator gpu, Kind kind,
                              int producer, int consumer, int capacity) {
@@ -247,11 +251,21 @@ public final class DeviceRingBuffer implements AutoCloseable {
      * Waits for this rank's stream (every append enqueued so far has run), then reports dropped appends.
      *
      * @throws PeerTimeoutException naming the consumer, with the number of messages dropped, when an append found no
-     *         room within its wait (the ring is usable again afterwards: later appends go in)
+     *         room within its wait (the ring is usable again afterwards: later appends go in); with reason
+     *         {@code PEER_LEFT} when the consumer began closing the ring (its close ends the append's wait for room)
      */
     public void flush() {
         gpu.synchronize();
         long dropped = takeDropped();
+        if (dropped != 0 && closed(consumer)) {
+            // the kernel stopped waiting for room because the consumer began closing (or its wait ended first: either
+            // way the consumer will free no room, so this is the cause to report)
+            throw new PeerTimeoutException("device ring buffer put: rank=" + rank + " waited for room freed by "
+                    + group.describe(consumer) + ", which began closing the ring: it will not poll again; messages"
+                    + " dropped=" + dropped + " (fix: read that rank's own error if its code failed; otherwise make"
+                    + " every rank append only what the consumer takes before it closes)", rank, List.of(consumer),
+                    "device ring buffer put", PeerTimeoutException.Reason.PEER_LEFT, group.options().timeout());
+        }
         if (dropped != 0) {
             throw new PeerTimeoutException("device ring buffer put: rank=" + rank + " found no room in the ring of "
                     + group.describe(consumer) + " within its wait; messages dropped=" + dropped + " (that append and"
@@ -363,17 +377,24 @@ public final class DeviceRingBuffer implements AutoCloseable {
      * @param limit   the most messages handed out, at least 1
      * @return messages handed out, at least 1
      * @throws PeerTimeoutException naming the producer (every other rank for many-to-one) when none arrives in time,
-     *         a producer has exited, or the group was aborted
+     *         a producer has exited, or the group was aborted; with reason {@code PEER_LEFT} once the one producer (every
+     *         other rank, many-to-one) began closing the ring while it is empty at its head
      */
     public int take(MessageHandler handler, int limit) {
         int n = poll(handler, limit);
         if (n > 0) {
             return n;
         }
-        var subject = SharedMemories.waitFor(group, kind == Kind.ONE_TO_ONE ? producer : -1, "device ring buffer take",
+        var inner = SharedMemories.waitFor(group, kind == Kind.ONE_TO_ONE ? producer : -1, "device ring buffer take",
                 () -> "a message in the ring (HEAD=" + headPosition + ", capacity=" + capacity + ")",
                 "the producer appends nothing, or its appends were dropped: check its flush(), or raise"
                         + " symmem4j.timeout.ms");
+        List<Integer> producers = kind == Kind.ONE_TO_ONE ? List.of(producer) : SharedMemories.others(group);
+        var subject = new PeersClosingWait(inner, group, "device ring buffer take", producers,
+                kind == Kind.ONE_TO_ONE ? "a message from producer rank=" + producer : "a message from any of ranks "
+                + producers + " (all of them)", "it will not append again",
+                "make every rank take only the messages the producers append before they close",
+                () -> producersClosedOnEmptyRing(producers));
         waiter.begin();
         while ((n = poll(handler, limit)) == 0) {
             waiter.idle(subject);
@@ -382,15 +403,68 @@ public final class DeviceRingBuffer implements AutoCloseable {
     }
 
     /**
+     * Whether every rank that could append began closing the ring while its head holds no record. Each producer wrote
+     * its CLOSED word after its stream had run, so every record it appended was published before (its kernel's release
+     * store, after a system-scope fence): one appended before the close is seen at the head here and ends no wait.
+     */
+    private boolean producersClosedOnEmptyRing(List<Integer> producers) {
+        if (producers.isEmpty()) {
+            return false; // a many-to-one ring of a group of one: nobody else could close it, the timeout stays
+        }
+        for (int r : producers) {
+            if (!closed(r)) {
+                return false;
+            }
+        }
+        if (kind == Kind.MANY_TO_ONE) {
+            gpu.synchronize(); // this rank's own appends, if it made any, have run before the head is read
+        }
+        rings.readNow(DeviceRingLayout.recordOffset(capacity, headPosition), word);
+        return word.get(ValueLayout.JAVA_LONG, 0) == 0;
+    }
+
+    /** Whether rank {@code r} began closing the ring: its CLOSED word, read by a copy of its memory. */
+    private boolean closed(int r) {
+        rings.readPeerNow(r, DeviceRingLayout.closedOffset(capacity), word);
+        return word.get(ValueLayout.JAVA_LONG, 0) != 0;
+    }
+
+    /**
      * Collective: frees the ring on every rank (after each rank's stream has run). Flush first on producers: dropped
      * appends are not reported here.
+     *
+     * <p>Before the free, while every rank still maps the ring, this rank waits for its stream and then marks the ring
+     * as closing in its CLOSED word ({@link DeviceRingLayout}). A consumer waiting in {@link #take} for this producer
+     * on an empty ring then stops with {@link PeerTimeoutException.Reason#PEER_LEFT}, and a producer's kernel waiting
+     * for room from this consumer stops, reported by its {@link #flush()}, instead of both waiting, as this rank does
+     * in the free, until the timeout.
      */
     @Override
     public void close() {
+        if (closing) {
+            return; // closed already (an explicit close, then the try-with-resources')
+        }
+        closing = true;
+        RuntimeException markFailed = null;
+        try {
+            gpu.synchronize(); // this rank's appends have all run (published, or dropped) before the mark
+            word.set(ValueLayout.JAVA_LONG, 0, 1L);
+            rings.writeNow(word, DeviceRingLayout.closedOffset(capacity));
+        } catch (RuntimeException e) {
+            markFailed = e; // the free below still runs: the peers wait for it
+        }
         try {
             memory.close();
+        } catch (RuntimeException e) {
+            if (markFailed != null) {
+                e.addSuppressed(markFailed);
+            }
+            throw e;
         } finally {
             arena.close();
+        }
+        if (markFailed != null) {
+            throw markFailed;
         }
     }
 

@@ -11,11 +11,15 @@ import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
 
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.cuda.CudaThreadRanksTestBase;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
@@ -285,5 +289,127 @@ class CudaSymmetricRingBufferTest extends CudaThreadRanksTestBase {
             }
             return null;
         });
+    }
+
+    /**
+     * A timeout far longer than these tests (and an append's wait as long): a wait that ends does so because its peer
+     * began closing the ring (PEER_LEFT), not because time ran out (which would fail the assertions on the reason).
+     */
+    private static final GroupOptions PATIENT = GroupOptions.defaults().withTimeout(Duration.ofMinutes(5));
+
+    @Test
+    void takeStopsAtOnceWhenTheOneProducerClosesTheRingAfterItsLastAppend() {
+        AtomicReference<PeerTimeoutException> seen = new AtomicReference<>();
+        List<Integer> got = InJvmWorld.runOnEveryRank(2, PATIENT, gpuTransport(), group -> {
+            int received = 0;
+            try (Communicator comm = Communicator.create(group);
+                 DeviceRingBuffer ring = DeviceRingBuffer.oneToOne(comm, 1, 0, 4096)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                if (group.rank() == 1) {
+                    MemorySegment src = onDevice(gpu, payload(1, 0, 24));
+                    ring.putAsync(7, src); // no flush: the close waits for the stream before it marks the ring
+                    ring.close();
+                    gpu.freeDevice(src);
+                } else {
+                    List<Received> messages = new ArrayList<>();
+                    // the message appended before the close is still handed out, even if the close came first
+                    received = ring.take(collect(gpu, messages), 16);
+                    assertEquals(7, messages.get(0).type());
+                    assertArrayEquals(payload(1, 0, 24), messages.get(0).bytes());
+                    try {
+                        ring.take((type, buf, off, len) -> { }, 16);
+                    } catch (PeerTimeoutException e) {
+                        seen.set(e);
+                    }
+                }
+            }
+            return received;
+        });
+        assertEquals(List.of(1, 0), got);
+        PeerTimeoutException left = seen.get();
+        assertTrue(left != null, "the second take must stop: the producer closed the ring");
+        assertEquals(PeerTimeoutException.Reason.PEER_LEFT, left.reason());
+        assertEquals(0, left.rank());
+        assertEquals(List.of(1), left.missingRanks());
+        assertTrue(left.getMessage().contains("device ring buffer take") && left.getMessage().contains("producer rank=1")
+                && left.getMessage().contains("began closing the ring") && left.getMessage().contains("fix:"),
+                left.getMessage());
+    }
+
+    @Test
+    void anAppendWaitingForRoomStopsWhenTheConsumerClosesTheRing() {
+        int capacity = 1024; // 32 records of 24 payload bytes fill it exactly
+        AtomicReference<PeerTimeoutException> seen = new AtomicReference<>();
+        InJvmWorld.runOnEveryRank(2, PATIENT, gpuTransport(), group -> {
+            try (Communicator comm = Communicator.create(group)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                MemorySegment src = onDevice(gpu, payload(1, 0, 24));
+                try (DeviceRingBuffer ring = DeviceRingBuffer.oneToOne(comm, 1, 0, capacity)) {
+                    if (group.rank() == 1) {
+                        for (int i = 0; i < 40; i++) {
+                            ring.putAsync(1, src, Duration.ofMinutes(5)); // the 33rd waits on the GPU for room
+                        }
+                        hostBarrier(group, "enqueued");
+                        try {
+                            ring.flush();
+                        } catch (PeerTimeoutException e) {
+                            seen.set(e);
+                        }
+                    } else {
+                        hostBarrier(group, "enqueued"); // then close without polling: no room will be freed
+                    }
+                }
+                gpu.freeDevice(src);
+            }
+            return null;
+        });
+        PeerTimeoutException left = seen.get();
+        assertTrue(left != null, "flush must report the appends the consumer's close ended");
+        assertEquals(PeerTimeoutException.Reason.PEER_LEFT, left.reason());
+        assertEquals(1, left.rank());
+        assertEquals(List.of(0), left.missingRanks());
+        assertTrue(left.getMessage().contains("device ring buffer put") && left.getMessage().contains("dropped=8")
+                && left.getMessage().contains("began closing the ring") && left.getMessage().contains("fix:"),
+                left.getMessage());
+    }
+
+    @Test
+    void aManyToOneTakeStopsOnlyOnceEveryOtherRankClosedTheRing() {
+        AtomicReference<PeerTimeoutException> seen = new AtomicReference<>();
+        CountDownLatch firstTaken = new CountDownLatch(1);
+        List<Integer> got = InJvmWorld.runOnEveryRank(3, PATIENT, gpuTransport(), group -> {
+            int received = 0;
+            try (Communicator comm = Communicator.create(group)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                MemorySegment src = onDevice(gpu, payload(group.rank(), 0, 8));
+                try (DeviceRingBuffer ring = DeviceRingBuffer.manyToOne(comm, 0, 4096)) {
+                    if (group.rank() == 2) {
+                        // rank 1 appended and began closing: the consumer's take, on an empty ring now, must wait
+                        // for this rank, which has not closed
+                        assertTrue(firstTaken.await(60, TimeUnit.SECONDS));
+                    }
+                    if (group.rank() != 0) {
+                        ring.putAsync(group.rank() + 1, src); // then the close (waits for the stream, marks the ring)
+                    } else {
+                        MessageHandler none = (type, buf, off, len) -> { };
+                        received += ring.take(none, 16);
+                        firstTaken.countDown();
+                        received += ring.take(none, 16);
+                        try {
+                            ring.take(none, 16);
+                        } catch (PeerTimeoutException e) {
+                            seen.set(e);
+                        }
+                    }
+                }
+                gpu.freeDevice(src);
+            }
+            return received;
+        });
+        assertEquals(List.of(2, 0, 0), got);
+        PeerTimeoutException left = seen.get();
+        assertTrue(left != null, "the third take must stop: both producers closed the ring");
+        assertEquals(PeerTimeoutException.Reason.PEER_LEFT, left.reason());
+        assertEquals(List.of(1, 2), left.missingRanks());
     }
 }

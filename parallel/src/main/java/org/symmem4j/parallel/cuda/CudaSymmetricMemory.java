@@ -375,6 +375,15 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     }
 
     @Override
+    public void readPeerNow(int peer, long offset, MemorySegment dst) {
+        checkRange(offset, dst.byteSize());
+        long from = peerData(peer) + offset;
+        transport.driver().setCurrent(rank.context);
+        // the default (legacy) stream, as readNow: the peer's host wrote the bytes, not this rank's stream
+        transport.driver().copyDeviceToHost(dst, from, dst.byteSize());
+    }
+
+    @Override
     public void writeNow(MemorySegment src, long offset) {
         copyFromHost(src, offset);
     }

@@ -25,17 +25,31 @@ import java.lang.foreign.ValueLayout;
  *                                +8 payload                                  zeroes what it read
  *  384 + capacity              STATUS (long), on a line of its own: appends  this rank's kernels     this rank's host
  *                              this rank dropped since the first that timed  (relaxed adds); host    after a synchronize
- *                              out waiting for room; 0 = none                resets it to 0
+ *                              out waiting for room, or found the consumer   resets it to 0
+ *                              closing; 0 = none
+ *  384 + capacity + 8            CLOSED (long): 1 once this rank began       this rank's host, once  the consumer's host
+ *                                closing the ring (its appends all ran)      in close (a copy after  (a peer copy) in take;
+ *                                                                            its stream's sync)      producers' kernels
+ *                                                                                                    (the consumer's word)
  *  384 + capacity + 128        end
  * </pre>
  *
  * Unlike the host ring, the consumer zeroes the records it read in both kinds (one copy before it moves HEAD), so a
  * one-to-one producer needs no spare word after its record and the appending kernel is the same for both kinds.
+ *
+ * <p>CLOSED plays the part of the host ring's closing words ({@link RingBufferLayout#CLOSED_OFFSET}): a consumer
+ * waiting in {@code take} on an empty ring stops once its producers' words read 1, and an appending kernel waiting for
+ * room stops (dropping its message) once the consumer's does. Each rank writes only its own word, in its own memory:
+ * a GPU rank's host cannot store into a peer's memory except through a copy of its own, and the consumer's word has
+ * to be where the kernel, which already maps the consumer's buffer, finds it. The kernel's {@code RING_CLOSED} is the
+ * word's offset within the status line, {@link #CLOSED_IN_STATUS}.
  */
 public final class DeviceRingLayout {
 
     /** Bytes of the status line. */
     public static final int STATUS_BYTES = RingBufferLayout.LINE_BYTES;
+    /** Offset of the CLOSED word within the status line (the kernel's {@code RING_CLOSED}). */
+    public static final int CLOSED_IN_STATUS = Long.BYTES;
 
     private DeviceRingLayout() {
     }
@@ -58,6 +72,16 @@ public final class DeviceRingLayout {
      */
     public static long statusOffset(int capacity) {
         return RingBufferLayout.totalBytes(capacity);
+    }
+
+    /**
+     * Where a rank's CLOSED word lies in its own buffer: 1 once it began closing the ring.
+     *
+     * @param capacity data bytes
+     * @return byte offset
+     */
+    public static long closedOffset(int capacity) {
+        return statusOffset(capacity) + CLOSED_IN_STATUS;
     }
 
     /**

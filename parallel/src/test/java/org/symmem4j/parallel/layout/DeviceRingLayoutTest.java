@@ -71,6 +71,15 @@ class DeviceRingLayoutTest {
         assertEquals(RingBufferLayout.HEAD_OFFSET, define(source, "RING_HEAD"));
         assertEquals(RingBufferLayout.DATA_OFFSET, define(source, "RING_DATA"));
         assertEquals(RingBufferLayout.PADDING_TYPE, (int) define(source, "RING_PADDING"));
+        // the kernel finds the consumer's CLOSED word at ring + RING_DATA + capacity + RING_CLOSED
+        assertEquals(DeviceRingLayout.CLOSED_IN_STATUS, define(source, "RING_CLOSED"));
+        for (int capacity : new int[] {64, 4096, 1 << 20}) {
+            assertEquals(RingBufferLayout.DATA_OFFSET + capacity + DeviceRingLayout.CLOSED_IN_STATUS,
+                    DeviceRingLayout.closedOffset(capacity));
+            // on the status line, after the status word, inside what every rank allocates
+            assertTrue(DeviceRingLayout.closedOffset(capacity) >= DeviceRingLayout.statusOffset(capacity) + Long.BYTES);
+            assertTrue(DeviceRingLayout.closedOffset(capacity) + Long.BYTES <= DeviceRingLayout.totalBytes(capacity));
+        }
     }
 
     private static long define(String source, String name) {
