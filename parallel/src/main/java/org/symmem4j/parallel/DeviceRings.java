@@ -20,7 +20,9 @@ public interface DeviceRings {
 
     /**
      * Enqueues on this rank's stream the append of one record to the ring in rank {@code consumer}'s buffer. The
-     * kernel waits for room at most {@code wait} (on the GPU's clock); an append that finds no room in time writes
+     * kernel waits for room at most {@code wait} (on the GPU's clock), and stops waiting once the consumer's CLOSED
+     * word ({@link org.symmem4j.parallel.layout.DeviceRingLayout#closedOffset}) reads non-zero: a consumer that began
+     * closing frees no more room. An append that finds no room in time, or stops so, writes
      * nothing and counts itself in this rank's status word, and so does every later append on the stream until the
      * word is reset, so that the consumer never receives a message without the ones before it. Returns at once.
      *
