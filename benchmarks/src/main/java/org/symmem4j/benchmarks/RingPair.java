@@ -424,9 +424,35 @@ public abstract class RingPair implements AutoCloseable {
     }
 
     /**
+     * Whether the peer of a paired round trip polls the lane that delivered last, and the others only every
+     * {@link #OTHER_LANES_EVERY} empty polls ({@code active}, the default), or every lane in turn on every pass
+     * ({@code all}, {@code -Dsymmem4j.bench.ring.peerLanes=all}, the order before 2026-11-30). In turn, the ring under
+     * measurement shares each pass of the spinning loop with the other ring's empty poll, in a fixed order: lane 0's
+     * messages wait behind lane 1's empty poll and its pause, lane 1's behind lane 0's, and the phase at which a
+     * message meets the loop differs between the lanes. A block's messages all go to one lane, so polling that lane
+     * alone serves each ring as an unpaired peer does.
+     */
+    static final boolean PEER_POLLS_ACTIVE_LANE = peerPollsActiveLane(System.getProperty("symmem4j.bench.ring.peerLanes"));
+
+    /** Empty polls of the active lane between two polls of the other lanes (a lane switch waits at most this many). */
+    static final int OTHER_LANES_EVERY = 64;
+
+    static boolean peerPollsActiveLane(String value) {
+        if (value == null || value.isBlank() || value.trim().equals("active")) {
+            return true;
+        }
+        if (value.trim().equals("all")) {
+            return false;
+        }
+        throw new IllegalArgumentException("ring benchmark peer's lanes (symmem4j.bench.ring.peerLanes)=" + value
+                + " expected active or all (fix: all to poll every lane on every pass, active or nothing for the lane"
+                + " that delivered last)");
+    }
+
+    /**
      * Rank 1's side: drains DRAIN messages, answers each ECHO with an ECHO of the same length on the rings it came on,
      * returns once every ring had its STOP. One ring, or two in {@link RingBenchmark}'s paired mode (their files under
-     * {@link RingFillBenchmark#laneFiles}), polled in turn.
+     * {@link RingFillBenchmark#laneFiles}), polled as {@link #PEER_POLLS_ACTIVE_LANE} says.
      *
      * @param kinds    which rings, one lane each
      * @param group    the 2-rank group
@@ -453,16 +479,20 @@ public abstract class RingPair implements AutoCloseable {
                         });
             }
             group.allGatherBytes("ring-bench-ready", new byte[0]);
-            int stopped = 0;
-            while (stopped < n) {
-                int got = 0;
-                stopped = 0;
-                for (int i = 0; i < n; i++) {
-                    got += self[i].receive();
-                    stopped += stop[i] ? 1 : 0;
-                }
-                if (got == 0) {
-                    idle();
+            if (n > 1 && PEER_POLLS_ACTIVE_LANE) {
+                serveActiveLane(self, stop);
+            } else {
+                int stopped = 0;
+                while (stopped < n) {
+                    int got = 0;
+                    stopped = 0;
+                    for (int i = 0; i < n; i++) {
+                        got += self[i].receive();
+                        stopped += stop[i] ? 1 : 0;
+                    }
+                    if (got == 0) {
+                        idle();
+                    }
                 }
             }
             group.allGatherBytes("ring-bench-done", new byte[0]);
@@ -471,6 +501,42 @@ public abstract class RingPair implements AutoCloseable {
                 if (pair != null) {
                     pair.close(); // collective, in rank 0's order
                 }
+            }
+        }
+    }
+
+    /**
+     * The paired peer's loop ({@link #PEER_POLLS_ACTIVE_LANE}): polls the lane that delivered last, pausing after each
+     * empty poll as an unpaired peer does; every {@link #OTHER_LANES_EVERY} empty polls it polls the other lanes once,
+     * and a lane that delivers becomes the active one. Returns once every lane had its STOP.
+     */
+    static void serveActiveLane(RingPair[] lanes, boolean[] stop) {
+        int active = 0;
+        int emptyPolls = 0;
+        while (true) {
+            if (lanes[active].receive() > 0) {
+                emptyPolls = 0;
+                continue;
+            }
+            if (++emptyPolls < OTHER_LANES_EVERY) {
+                idle();
+                continue;
+            }
+            emptyPolls = 0;
+            boolean delivered = false;
+            int stopped = 0;
+            for (int i = 0; i < lanes.length; i++) {
+                if (i != active && lanes[i].receive() > 0) {
+                    active = i;
+                    delivered = true;
+                }
+                stopped += stop[i] ? 1 : 0;
+            }
+            if (stopped == lanes.length) {
+                return;
+            }
+            if (!delivered) {
+                idle();
             }
         }
     }

@@ -234,4 +234,75 @@ class RingFillBenchmarkTest {
         assertTrue(e.getMessage().contains("=busy expected pause or noop") && e.getMessage().contains("fix:"),
                 e.getMessage());
     }
+
+    @Test
+    void thePairedPeerPollsTheActiveLaneOrEveryLaneAndAnythingElseIsRefused() {
+        assertTrue(RingPair.peerPollsActiveLane(null));
+        assertTrue(RingPair.peerPollsActiveLane("active"));
+        assertFalse(RingPair.peerPollsActiveLane(" all "));
+        var e = assertThrows(IllegalArgumentException.class, () -> RingPair.peerPollsActiveLane("first"));
+        assertTrue(e.getMessage().contains("=first expected active or all") && e.getMessage().contains("fix:"),
+                e.getMessage());
+    }
+
+    /**
+     * A lane that delivers its scripted bursts, one per poll that finds one due, and counts its polls; its last
+     * delivery is the STOP.
+     */
+    private static final class ScriptedLane extends RingPair {
+        private final java.util.ArrayDeque<Integer> dueAtPoll = new java.util.ArrayDeque<>();
+        private final boolean[] stop;
+        private final int lane;
+        int polls;
+        int delivered;
+
+        ScriptedLane(boolean[] stop, int lane, int... dueAtPolls) {
+            this.stop = stop;
+            this.lane = lane;
+            for (int d : dueAtPolls) {
+                dueAtPoll.add(d);
+            }
+        }
+
+        @Override
+        boolean send(int type, int length) {
+            return true;
+        }
+
+        @Override
+        int receive(int limit) {
+            polls++;
+            if (dueAtPoll.isEmpty() || polls < dueAtPoll.peek()) {
+                return 0;
+            }
+            dueAtPoll.poll();
+            delivered++;
+            if (dueAtPoll.isEmpty()) {
+                stop[lane] = true;
+            }
+            return 1;
+        }
+
+        @Override
+        public void close() {
+        }
+    }
+
+    @Test
+    void thePairedPeerServesTheLaneThatDeliveredLastAndFindsTheOtherWithinItsPeriod() {
+        boolean[] stop = new boolean[2];
+        int[] block = new int[201];
+        for (int i = 0; i < block.length; i++) {
+            block[i] = i + 1; // lane 0 delivers on each of its first 201 polls, the last its STOP
+        }
+        ScriptedLane lane0 = new ScriptedLane(stop, 0, block);
+        ScriptedLane lane1 = new ScriptedLane(stop, 1, 1); // lane 1's STOP, due whenever it is first polled
+        RingPair.serveActiveLane(new RingPair[] {lane0, lane1}, stop);
+        assertEquals(201, lane0.delivered);
+        assertEquals(1, lane1.delivered);
+        // while lane 0 delivers, lane 1 is not polled at all (polled in turn it would be, 201 times); once lane 0 is
+        // empty, lane 1 is polled after OTHER_LANES_EVERY empty polls of it, and the peer returns after both STOPs
+        assertEquals(1, lane1.polls);
+        assertEquals(201 + RingPair.OTHER_LANES_EVERY, lane0.polls);
+    }
 }
