@@ -62,7 +62,6 @@ final class PeerProcess {
                 .filter(a -> a.startsWith("--add-opens") || a.startsWith("--add-exports")
                         || a.startsWith("--sun-misc-unsafe-memory-access") || a.startsWith("-Dchronicle.")
                         || a.startsWith("-Dsymmem4j.bench.") || a.startsWith("-Dsymmem4j.ring.")
-                        || a.startsWith("-Dsymmem4j.memory.")
                         || a.startsWith("-XX:"))
                 .forEach(command::add);
         command.addAll(List.of("-cp", System.getProperty("java.class.path"), BenchPeer.class.getName()));

@@ -42,9 +42,6 @@ public final class KnownSettings {
                     "replaces the JVM flags of the router's worker processes (`none`: no flags)"),
             new Declared("symmem4j.ring.headerLineFirst", "state (`PayloadCopy`)",
                     "experiment: whether a ring slot's header line is written before its payload; read once per JVM"),
-            new Declared("symmem4j.memory.zeroOddStart", "parallel (`Zeroing`)",
-                    "experiment: whether long runs of memory are zeroed from an odd start (the faster fill); read once"
-                            + " per JVM"),
             new Declared("symmem4j.faultInjection.haltWriting", "dl4j-symmem-plugin (`CheckpointDirectory`)",
                     "fault injection of the checkpoint tests: halts the JVM part way through writing a checkpoint"),
             new Declared("SYMMEM4J_DOCTOR_CLASSPATH", "launcher (`symmem4j-run doctor`)",

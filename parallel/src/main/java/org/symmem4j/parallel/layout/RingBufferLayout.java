@@ -4,8 +4,6 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.VarHandle;
 
-import org.symmem4j.parallel.memory.Zeroing;
-
 /**
  * Layout of a symmetric ring buffer in its consumer rank's buffer: a header, two position counters on lines of
  * their own, and the data ring of records. Agrona's {@code RingBufferDescriptor} and {@code RecordDescriptor}
@@ -413,14 +411,14 @@ public final class RingBufferLayout {
      * Zeroes {@code bytes} of data from {@code index} with plain stores: the many-to-one consumer's bytes it read, before
      * the release of HEAD that frees them (which publishes the zeros to the producers' acquire of HEAD). One bulk fill
      * per poll: measured in one thread, 8-byte stores of a short run in a loop cost more than the fill, even for one
-     * record. A long run starts at an odd address ({@link Zeroing}): a 4 KiB record is zeroed about twice as fast.
+     * record.
      *
      * @param ring  the consumer's buffer
      * @param index byte index of the first byte
      * @param bytes bytes to zero
      */
     public static void zeroData(MemorySegment ring, int index, int bytes) {
-        Zeroing.zero(ring.asSlice(DATA_OFFSET + index, bytes));
+        ring.asSlice(DATA_OFFSET + index, bytes).fill((byte) 0);
     }
 
     /**
