@@ -546,14 +546,8 @@ class SymmetricRingBufferTest {
             return received;
         });
         assertEquals(List.of(0, 1), got);
-        PeerTimeoutException left = seen.get();
-        assertTrue(left != null, "the second take must stop: the producer closed the ring");
-        assertEquals(PeerTimeoutException.Reason.PEER_LEFT, left.reason());
-        assertEquals(1, left.rank());
-        assertEquals(List.of(0), left.missingRanks());
-        assertTrue(left.getMessage().contains("ring buffer take") && left.getMessage().contains("producer rank=0")
-                && left.getMessage().contains("began closing the ring") && left.getMessage().contains("fix:"),
-                left.getMessage());
+        PeerLeftAssert.assertPeerLeft(seen.get(), "the second take must stop: the producer closed the ring", 1,
+                List.of(0), "ring buffer take", "producer rank=0");
     }
 
     @Test
@@ -579,12 +573,8 @@ class SymmetricRingBufferTest {
             return received;
         });
         assertEquals(List.of(2, 0, 0), got);
-        PeerTimeoutException left = seen.get();
-        assertTrue(left != null, "the third take must stop: both producers closed the ring");
-        assertEquals(PeerTimeoutException.Reason.PEER_LEFT, left.reason());
-        assertEquals(List.of(1, 2), left.missingRanks());
-        assertTrue(left.getMessage().contains("any of ranks [1, 2]") && left.getMessage().contains("(all of them)"),
-                left.getMessage());
+        PeerLeftAssert.assertPeerLeft(seen.get(), "the third take must stop: both producers closed the ring", 0,
+                List.of(1, 2), "any of ranks [1, 2]", "(all of them)");
     }
 
     @Test
@@ -605,12 +595,8 @@ class SymmetricRingBufferTest {
             }
             return null;
         });
-        PeerTimeoutException left = seen.get();
-        assertTrue(left != null, "the 16th put must stop: the consumer closed the ring");
-        assertEquals(PeerTimeoutException.Reason.PEER_LEFT, left.reason());
-        assertEquals(List.of(0), left.missingRanks());
-        assertTrue(left.getMessage().contains("ring buffer put") && left.getMessage().contains("consumer rank=0")
-                && left.getMessage().contains("will not poll again"), left.getMessage());
+        PeerLeftAssert.assertPeerLeft(seen.get(), "the 16th put must stop: the consumer closed the ring", 1,
+                List.of(0), "ring buffer put", "consumer rank=0", "will not poll again");
     }
 
     /**
