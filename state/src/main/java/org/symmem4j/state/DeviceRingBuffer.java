@@ -389,12 +389,8 @@ public final class DeviceRingBuffer implements AutoCloseable {
                 () -> "a message in the ring (HEAD=" + headPosition + ", capacity=" + capacity + ")",
                 "the producer appends nothing, or its appends were dropped: check its flush(), or raise"
                         + " symmem4j.timeout.ms");
-        List<Integer> producers = kind == Kind.ONE_TO_ONE ? List.of(producer) : SharedMemories.others(group);
-        var subject = new PeersClosingWait(inner, group, "device ring buffer take", producers,
-                kind == Kind.ONE_TO_ONE ? "a message from producer rank=" + producer : "a message from any of ranks "
-                + producers + " (all of them)", "it will not append again",
-                "make every rank take only the messages the producers append before they close",
-                () -> producersClosedOnEmptyRing(producers));
+        var subject = PeersClosingWait.forMessage(inner, group, "device ring buffer take",
+                kind == Kind.ONE_TO_ONE ? producer : -1, "append", this::producersClosedOnEmptyRing);
         waiter.begin();
         while ((n = poll(handler, limit)) == 0) {
             waiter.idle(subject);

@@ -3,6 +3,7 @@ package org.symmem4j.state;
 import java.time.Duration;
 import java.util.List;
 import java.util.function.BooleanSupplier;
+import java.util.function.Predicate;
 
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.PeerTimeoutException;
@@ -49,6 +50,27 @@ final class PeersClosingWait implements WaitSubject {
         this.consequence = consequence;
         this.fix = fix;
         this.closed = closed;
+    }
+
+    /**
+     * A ring consumer's wait for a message that also ends once every rank that could send one began closing the ring:
+     * the one producer ({@code producer >= 0}, one-to-one) or every other rank (many-to-one, {@code producer} -1).
+     *
+     * @param inner          the wait's own checks and timeout
+     * @param group          the ring's group
+     * @param operation      what waits, e.g. "ring buffer take"
+     * @param producer       the one producer rank, or -1 for every other rank
+     * @param verb           what producers do, as the ring names it: "offer", "append"
+     * @param closedOnEmpty  given the producers, whether they all began closing while the ring is empty at its head
+     * @return the wait
+     */
+    static PeersClosingWait forMessage(WaitSubject inner, Group group, String operation, int producer, String verb,
+                                       Predicate<List<Integer>> closedOnEmpty) {
+        List<Integer> producers = producer >= 0 ? List.of(producer) : SharedMemories.others(group);
+        return new PeersClosingWait(inner, group, operation, producers, producer >= 0 ? "a message from producer rank="
+                + producer : "a message from any of ranks " + producers + " (all of them)", "it will not " + verb
+                + " again", "make every rank take only the messages the producers " + verb + " before they close",
+                () -> closedOnEmpty.test(producers));
     }
 
     @Override

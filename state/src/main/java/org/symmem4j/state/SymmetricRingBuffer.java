@@ -340,12 +340,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
                     "make every rank offer only what the consumer polls before it closes",
                     () -> RingBufferLayout.consumerClosedAcquire(ring));
         }
-        List<Integer> producers = kind == Kind.ONE_TO_ONE ? List.of(producer) : SharedMemories.others(group);
-        return new PeersClosingWait(inner, group, operation, producers, kind == Kind.ONE_TO_ONE ? "a message from"
-                + " producer rank=" + producer : "a message from any of ranks " + producers + " (all of them)",
-                "it will not offer again",
-                "make every rank take only the messages the producers offer before they close",
-                this::producersClosedOnEmptyRing);
+        return PeersClosingWait.forMessage(inner, group, operation, kind == Kind.ONE_TO_ONE ? producer : -1, "offer",
+                producers -> producersClosedOnEmptyRing());
     }
 
     /**
